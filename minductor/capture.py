@@ -1,0 +1,113 @@
+# generated from chapters/01_capture.md — edit there
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from torch._dynamo.backends.common import aot_autograd
+
+from minductor.config import config
+from minductor.decompositions import decomposition_table
+from minductor.lowering import GraphLowering
+from minductor.runtime import interpret_mode, load_module
+from minductor.scheduler import Scheduler
+from minductor.wrapper import WrapperCodeGen
+
+log = logging.getLogger("minductor")
+
+
+@dataclass
+class CompiledGraph:
+    source: str
+    path: str
+    kernel_names: list[str]
+    fallbacks: list[str]
+    fusion_log: list[str]
+    call: Callable[[list[Any]], Any] = field(repr=False)
+    _boxed_call: bool = True
+
+    def __call__(self, args: list[Any]) -> Any:
+        return self.call(args)
+
+
+_observers: list[list[CompiledGraph]] = []
+
+
+@contextlib.contextmanager
+def record_compiled() -> Iterator[list[CompiledGraph]]:
+    """Collect every CompiledGraph produced inside the block (for tests and the book)."""
+    found: list[CompiledGraph] = []
+    _observers.append(found)
+    try:
+        yield found
+    finally:
+        _observers.remove(found)
+
+
+def _eager(gm: torch.fx.GraphModule, why: str) -> Callable:
+    log.info("minductor: running graph with ATen (%s)", why)
+    return make_boxed_func(gm.forward)
+
+
+def _is_symbolic(x: Any) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride()))
+    return False
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    if any(_is_symbolic(x) for x in example_inputs):
+        return _eager(gm, "dynamic shapes are not supported yet")
+    graph = GraphLowering(gm, example_inputs).lower()
+    device = graph.device or next(
+        (b.get_device() for b in graph.buffers), torch.device("cpu")
+    )
+    if device.type == "cpu" and not interpret_mode():
+        return _eager(gm, "CPU tensors while Triton targets the GPU")
+    if device.type not in ("cpu", "cuda"):
+        return _eager(gm, f"device {device.type} is not supported")
+    scheduler = Scheduler(graph)
+    wrapper = WrapperCodeGen(graph, scheduler, interpret=device.type == "cpu")
+    source = wrapper.generate()
+    module = load_module(source)
+    compiled = CompiledGraph(
+        source,
+        module.__file__,
+        list(wrapper.kernels.values()),
+        list(graph.fallbacks),
+        list(scheduler.fusion_log),
+        module.call,
+    )
+    if config.debug >= 2:
+        log.debug("minductor: generated %s\n%s", module.__file__, source)
+    for found in _observers:
+        found.append(compiled)
+    return compiled
+
+
+def compile_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    return _eager(gm, "backward graphs are not lowered yet")
+
+
+def minductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    backend = aot_autograd(
+        fw_compiler=compile_fx,
+        bw_compiler=compile_backward,
+        decompositions=decomposition_table(),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+    return backend(gm, example_inputs)
+
+
+def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
+    """Run fn (typically a torch.compile'd function) and return the generated modules."""
+    with record_compiled() as found:
+        result = fn(*args, **kwargs)
+    return result, [c.source for c in found]

@@ -1,0 +1,254 @@
+# generated from chapters/08_triton.md — edit there
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+
+from minductor.config import config
+from minductor.ops import set_handler
+from minductor.scheduler import BaseSchedulerNode, SchedulerNode
+from minductor.sizevars import FloorDiv, ModularIndexing, pexpr, product
+
+TRITON_DTYPES = {
+    torch.bool: "tl.int1",
+    torch.uint8: "tl.uint8",
+    torch.int8: "tl.int8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+}
+
+
+class TritonOverrides:
+    """Triton source for each math op; arguments are tmp names or literals."""
+
+    add = staticmethod(lambda a, b: f"{a} + {b}")
+    sub = staticmethod(lambda a, b: f"{a} - {b}")
+    mul = staticmethod(lambda a, b: f"{a} * {b}")
+    truediv = staticmethod(lambda a, b: f"{a} / {b}")
+    floordiv = staticmethod(lambda a, b: f"helpers.floordiv({a}, {b})")
+    truncdiv = staticmethod(lambda a, b: f"{a} // {b}")  # C semantics on ints
+    remainder = staticmethod(lambda a, b: f"helpers.remainder({a}, {b})")
+    maximum = staticmethod(lambda a, b: f"helpers.maximum({a}, {b})")
+    minimum = staticmethod(lambda a, b: f"helpers.minimum({a}, {b})")
+    pow = staticmethod(lambda a, b: f"libdevice.pow({a}, {b})")
+    eq = staticmethod(lambda a, b: f"{a} == {b}")
+    ne = staticmethod(lambda a, b: f"{a} != {b}")
+    lt = staticmethod(lambda a, b: f"{a} < {b}")
+    le = staticmethod(lambda a, b: f"{a} <= {b}")
+    gt = staticmethod(lambda a, b: f"{a} > {b}")
+    ge = staticmethod(lambda a, b: f"{a} >= {b}")
+    logical_and = staticmethod(lambda a, b: f"{a} & {b}")
+    logical_or = staticmethod(lambda a, b: f"{a} | {b}")
+    neg = staticmethod(lambda x: f"-{x}")
+    abs = staticmethod(lambda x: f"tl.abs({x})")
+    exp = staticmethod(lambda x: f"tl.exp({x})")
+    exp2 = staticmethod(lambda x: f"tl.exp2({x})")
+    expm1 = staticmethod(lambda x: f"libdevice.expm1({x})")
+    log = staticmethod(lambda x: f"tl.log({x})")
+    log2 = staticmethod(lambda x: f"tl.log2({x})")
+    log1p = staticmethod(lambda x: f"libdevice.log1p({x})")
+    sqrt = staticmethod(lambda x: f"tl.sqrt({x})")
+    rsqrt = staticmethod(lambda x: f"tl.rsqrt({x})")
+    sin = staticmethod(lambda x: f"tl.sin({x})")
+    cos = staticmethod(lambda x: f"tl.cos({x})")
+    tanh = staticmethod(lambda x: f"libdevice.tanh({x})")
+    sigmoid = staticmethod(lambda x: f"tl.sigmoid({x})")
+    erf = staticmethod(lambda x: f"tl.erf({x})")
+    floor = staticmethod(lambda x: f"tl.floor({x})")
+    ceil = staticmethod(lambda x: f"tl.ceil({x})")
+    reciprocal = staticmethod(lambda x: f"1.0 / {x}")
+    relu = staticmethod(lambda x: f"helpers.maximum(0, {x})")
+    logical_not = staticmethod(lambda x: f"{x} == 0")
+    isnan = staticmethod(lambda x: f"{x} != {x}")
+    sign = staticmethod(lambda x: f"helpers.sign({x})")
+
+    @staticmethod
+    def where(c, a, b):
+        return f"tl.where({c}, {a}, {b})"
+
+    @staticmethod
+    def to_dtype(x, dtype):
+        if dtype == torch.bool:
+            return f"{x} != 0"
+        return f"{x}.to({TRITON_DTYPES[dtype]})"
+
+    @staticmethod
+    def constant(value, dtype):
+        if dtype.is_floating_point:
+            value = float(value)
+            literal = repr(value) if math.isfinite(value) else f'float("{value}")'
+        else:
+            literal = repr(bool(value) if dtype == torch.bool else int(value))
+        if dtype == torch.float32:
+            return literal
+        return f"tl.full([1], {literal}, {TRITON_DTYPES[dtype]})"
+
+
+class InterpreterOverrides(TritonOverrides):
+    """For kernels run by Triton's interpreter: no libdevice, no tl.sigmoid."""
+
+    pow = staticmethod(lambda a, b: f"helpers.pow({a}, {b})")
+    expm1 = staticmethod(lambda x: f"helpers.expm1({x})")
+    log1p = staticmethod(lambda x: f"helpers.log1p({x})")
+    tanh = staticmethod(lambda x: f"helpers.tanh({x})")
+    sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
+
+
+@dataclass
+class KernelArgs:
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+
+    def input(self, name: str) -> str:
+        if name in self.outputs:
+            return self.outputs[name]
+        return self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
+
+    def output(self, name: str) -> str:
+        return self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
+
+    def call_names(self) -> list[str]:
+        return list(self.inputs) + list(self.outputs)
+
+    def signature(self) -> list[str]:
+        return list(self.inputs.values()) + list(self.outputs.values())
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def pointwise_config(numel: int) -> dict[str, int]:
+    """Block size and warps for a 1-D pointwise kernel (Inductor would autotune)."""
+    xblock = min(config.max_xblock, _next_power_of_2(max(numel, 1)))
+    return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 256))}
+
+
+class TritonKernel:
+    def __init__(self, sizes, removed_buffers: set[str], overrides: type[TritonOverrides]):
+        self.sizes = tuple(sizes)
+        self.numel = int(product(self.sizes))
+        self.removed_buffers = removed_buffers
+        self.overrides = overrides
+        self.args = KernelArgs({}, {})
+        self.lines: list[str] = []
+        self.cse: dict[str, str] = {}
+        self.store_cache: dict[tuple[str, str], str] = {}
+        self.variables = [sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+                          for k in reversed(range(len(self.sizes)))]
+
+    def newvar(self, expr: str) -> str:
+        if expr not in self.cse:
+            self.cse[expr] = f"tmp{len(self.cse)}"
+            self.lines.append(f"{self.cse[expr]} = {expr}")
+        return self.cse[expr]
+
+    def index_str(self, index: sympy.Expr) -> str:
+        if not index.free_symbols:
+            return f"tl.full([XBLOCK], {int(index)}, tl.int32)"
+        return pexpr(index)
+
+    def variable_definitions(self) -> list[str]:
+        xindex = sympy.Symbol("xindex", integer=True, nonnegative=True)
+        lines = []
+        inner = sympy.Integer(1)
+        for var, size in zip(reversed(self.variables), reversed(self.sizes)):
+            if len(self.sizes) == 1:
+                value = xindex
+            elif var == self.variables[0]:  # outermost
+                value = FloorDiv(xindex, inner)
+            else:
+                value = ModularIndexing(xindex, inner, size)
+            lines.append(f"{var} = {pexpr(value)}")
+            inner = inner * size
+        return lines
+
+
+class KernelOpsHandler:
+    def __init__(self, kernel: TritonKernel, node: SchedulerNode):
+        self.kernel = kernel
+        self.node = node
+
+    def _index(self, index: sympy.Expr) -> str:
+        return self.kernel.index_str(self.node.loop.rewrite(index, self.node.index_vars))
+
+    def load(self, name, index):
+        index_s = self._index(index)
+        cached = self.kernel.store_cache.get((name, index_s))
+        if cached is not None:
+            return cached
+        ptr = self.kernel.args.input(name)
+        return self.kernel.newvar(f"tl.load({ptr} + ({index_s}), xmask)")
+
+    def store(self, name, index, value):
+        index_s = self._index(index)
+        self.kernel.store_cache[(name, index_s)] = value
+        if name in self.kernel.removed_buffers:
+            return
+        ptr = self.kernel.args.output(name)
+        self.kernel.lines.append(f"tl.store({ptr} + ({index_s}), {value}, xmask)")
+
+    def index_expr(self, expr, dtype):
+        index_s = self._index(expr)
+        return self.kernel.newvar(f"({index_s}).to({TRITON_DTYPES[dtype]})")
+
+    def __getattr__(self, name):
+        method = getattr(self.kernel.overrides, name)
+
+        def op(*args):
+            return self.kernel.newvar(method(*args))
+
+        return op
+
+
+@dataclass(frozen=True)
+class GeneratedKernel:
+    source: str  # with KERNEL_NAME as the placeholder for the name
+    descriptive_name: str  # e.g. "poi_fused_add_mul"
+    call_args: tuple[str, ...]  # buffer names, in signature order
+    numel: int
+    meta: tuple[tuple[str, int], ...]  # XBLOCK, num_warps
+
+
+def kernel_name_stem(node: BaseSchedulerNode) -> str:
+    origins = sorted(node.origins) or ["kernel"]
+    return "poi_fused_" + "_".join(origins)
+
+
+def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool):
+    overrides = InterpreterOverrides if interpret else TritonOverrides
+    kernel = TritonKernel(node.loop.sizes, removed, overrides)
+    for member in node.snodes:
+        with set_handler(KernelOpsHandler(kernel, member)):
+            member.node.store_output(member.index_vars)
+    meta = pointwise_config(kernel.numel)
+    int64 = kernel.numel >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    params = ", ".join(kernel.args.signature() + ["xnumel", "XBLOCK: tl.constexpr"])
+    body = [
+        f"xoffset = {pid} * XBLOCK",
+        "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
+        "xmask = xindex < xnumel",
+        *kernel.variable_definitions(),
+        *kernel.lines,
+    ]
+    source = "\n".join(
+        ["@triton.jit", f"def KERNEL_NAME({params}):"] + ["    " + line for line in body]
+    )
+    return GeneratedKernel(
+        source,
+        kernel_name_stem(node),
+        tuple(kernel.args.call_names()),
+        kernel.numel,
+        tuple(meta.items()),
+    )

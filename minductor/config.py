@@ -1,0 +1,30 @@
+# generated from chapters/01_capture.md — edit there
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+
+def _default_cache_dir() -> str:
+    user = os.environ.get("USER", "user")
+    return os.path.join(tempfile.gettempdir(), f"minductor_{user}")
+
+
+@dataclass
+class Config:
+    # 1: log fallbacks and fusion decisions; 2: also print IR and generated modules
+    debug: int = int(os.environ.get("MINDUCTOR_DEBUG", "0"))
+    # realize a value read by several consumers if its body is bigger than this (ch. 6)
+    realize_reads_threshold: int = 4
+    realize_opcount_threshold: int = 30
+    # realize any value whose inlined body would exceed this many ops (ch. 6)
+    inline_opcount_limit: int = 200
+    # largest block a pointwise kernel uses (ch. 8)
+    max_xblock: int = 1024
+    # where generated modules are written (ch. 10)
+    cache_dir: str = field(default_factory=_default_cache_dir)
+
+
+config = Config()

@@ -1,0 +1,237 @@
+# generated from chapters/05_ir.md — edit there
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from minductor.ops import CountingHandler, body_to_str, ops, set_handler
+from minductor.sizevars import contiguous_strides, flat_index, index_vars, product
+
+Index = Sequence[sympy.Expr]
+InnerFn = Callable[[Index], Any]
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _ints(exprs: Sequence[sympy.Expr]) -> str:
+    return "[" + ", ".join(str(e) for e in exprs) + "]"
+
+
+@dataclass(frozen=True)
+class FixedLayout:
+    device: torch.device
+    dtype: torch.dtype
+    size: tuple[sympy.Expr, ...]
+    stride: tuple[sympy.Expr, ...]
+    offset: sympy.Expr = sympy.Integer(0)
+
+    @staticmethod
+    def contiguous(device, dtype, size: Sequence[sympy.Expr]) -> FixedLayout:
+        size = tuple(sympy.Integer(s) if isinstance(s, int) else s for s in size)
+        return FixedLayout(device, dtype, size, tuple(contiguous_strides(size)))
+
+    @staticmethod
+    def from_tensor(t: torch.Tensor) -> FixedLayout:
+        return FixedLayout(
+            t.device,
+            t.dtype,
+            tuple(sympy.Integer(s) for s in t.size()),
+            tuple(sympy.Integer(s) for s in t.stride()),
+            sympy.Integer(t.storage_offset()),
+        )
+
+    def make_indexer(self) -> Callable[[Index], sympy.Expr]:
+        def indexer(index: Index) -> sympy.Expr:
+            return flat_index(index, self.stride, self.offset)
+
+        return indexer
+
+    def numel(self) -> sympy.Expr:
+        return product(self.size)
+
+    def __repr__(self) -> str:
+        return (
+            f"FixedLayout({self.device.type}, {_short(self.dtype)}, "
+            f"size={_ints(self.size)}, stride={_ints(self.stride)})"
+        )
+
+
+@dataclass(frozen=True)
+class MultiOutputLayout:
+    """The layout of a fallback that returns several tensors: it owns no memory."""
+
+    device: torch.device
+
+
+class IRNode:
+    def get_size(self) -> tuple[sympy.Expr, ...]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> InnerFn:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class Pointwise(IRNode):
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: InnerFn
+    ranges: tuple[sympy.Expr, ...]
+    origins: frozenset[str] = frozenset()
+
+    def get_size(self):
+        return self.ranges
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_device(self):
+        return self.device
+
+    def make_loader(self) -> InnerFn:
+        return self.inner_fn
+
+    def inner_fn_str(self) -> str:
+        return body_to_str(self.inner_fn, index_vars(len(self.ranges)))
+
+    def count_ops(self) -> CountingHandler:
+        counter = CountingHandler()
+        with set_handler(counter):
+            self.inner_fn(index_vars(len(self.ranges)))
+        return counter
+
+    def __repr__(self) -> str:
+        return (
+            f"Pointwise({self.device.type}, {_short(self.dtype)}, "
+            f"ranges={_ints(self.ranges)}, origins={sorted(self.origins)})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer(IRNode):
+    name: str
+    layout: FixedLayout | MultiOutputLayout
+
+    def get_size(self):
+        return self.layout.size
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self) -> InnerFn:
+        indexer = self.layout.make_indexer()
+        name = self.name
+
+        def loader(index: Index) -> Any:
+            return ops.load(name, indexer(index))
+
+        return loader
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {type(self).__name__}({self.layout!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class InputBuffer(Buffer):
+    pass
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ComputedBuffer(Buffer):
+    data: Pointwise
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return self.data.origins
+
+    def store_output(self, index: Index) -> None:
+        indexer = self.layout.make_indexer()
+        ops.store(self.name, indexer(index), self.data.inner_fn(index))
+
+    def dump(self) -> str:
+        body = body_to_str(self.store_output, index_vars(len(self.layout.size)))
+        lines = [repr(self), f"  origins: {', '.join(sorted(self.origins))}"]
+        return "\n".join(lines + ["  " + line for line in body.splitlines()])
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FallbackKernel(Buffer):
+    op: Any  # an OpOverload
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def input_buffers(self) -> list[Buffer]:
+        found: list[Buffer] = []
+
+        def visit(a: Any) -> None:
+            if isinstance(a, Buffer):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                for item in a:
+                    visit(item)
+
+        visit(self.args)
+        visit(list(self.kwargs.values()))
+        return found
+
+    def __repr__(self) -> str:
+        ins = ", ".join(b.name for b in self.input_buffers())
+        return f"{self.name}: FallbackKernel({self.op}, inputs=[{ins}], {self.layout!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MultiOutput(Buffer):
+    parent: FallbackKernel
+    index: int
+
+    def __repr__(self) -> str:
+        return f"{self.name}: MultiOutput({self.parent.name}[{self.index}], {self.layout!r})"
+
+
+class TensorBox:
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self) -> InnerFn:
+        return self.data.make_loader()
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def realize(self, graph: Any) -> Buffer:
+        """Give the value memory: wrap its body in a ComputedBuffer named by `graph`."""
+        if isinstance(self.data, Buffer):
+            return self.data
+        assert isinstance(self.data, Pointwise), self.data
+        layout = FixedLayout.contiguous(self.data.device, self.data.dtype, self.data.ranges)
+        buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
+        graph.register_buffer(buf)
+        self.data = buf
+        return buf
+
+    def __repr__(self) -> str:
+        return f"TensorBox({self.data!r})"

@@ -1,0 +1,590 @@
+# generated from chapters/06_lowering.md — edit there
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+from torch._ops import OpOverload, OpOverloadPacket
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+from torch._prims_common import elementwise_dtypes
+
+from minductor.config import config
+from minductor.ir import (
+    Buffer,
+    FallbackKernel,
+    FixedLayout,
+    InputBuffer,
+    MultiOutput,
+    MultiOutputLayout,
+    Pointwise,
+    TensorBox,
+)
+from minductor.ops import ops
+from minductor.sizevars import SizeVarAllocator
+
+log = logging.getLogger("minductor")
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+lowerings: dict[Any, Callable[..., Any]] = {}
+
+
+class Unsupported(Exception):
+    """Raised by a lowering that declines an op; the op then falls back to ATen."""
+
+
+def register_lowering(*targets: OpOverload | OpOverloadPacket | Callable):
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for target in targets:
+            if isinstance(target, OpOverloadPacket):
+                for name in target.overloads():
+                    lowerings[getattr(target, name)] = fn
+            else:
+                lowerings[target] = fn
+        return fn
+
+    return decorator
+
+
+SUPPORTED_DTYPES = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+}
+
+
+def _meta_like(x: Any) -> Any:
+    if isinstance(x, TensorBox):
+        return torch.empty((1,) * len(x.get_size()), dtype=x.get_dtype(), device="meta")
+    return x
+
+
+def promote(args: Sequence[Any], kind: Kind) -> tuple[torch.dtype, torch.dtype]:
+    for a in args:
+        if isinstance(a, TensorBox) and a.get_dtype() not in SUPPORTED_DTYPES:
+            raise Unsupported(f"dtype {a.get_dtype()}")
+    return elementwise_dtypes(*[_meta_like(a) for a in args], type_promotion_kind=kind)
+
+
+def broadcast_shapes(*shapes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
+    ndim = max((len(s) for s in shapes), default=0)
+    out: list[sympy.Expr] = [sympy.Integer(1)] * ndim
+    for shape in shapes:
+        for k, size in enumerate(shape, start=ndim - len(shape)):
+            if size != 1:
+                if out[k] != 1 and out[k] != size:
+                    raise RuntimeError(f"shapes {shapes} do not broadcast")
+                out[k] = size
+    return tuple(out)
+
+
+def broadcast_loader(box: TensorBox, shape: Sequence[sympy.Expr]) -> Callable:
+    loader = box.make_loader()
+    size = box.get_size()
+    skip = len(shape) - len(size)
+
+    def load(index):
+        inner = [
+            sympy.Integer(0) if size[k] == 1 and shape[skip + k] != 1 else index[skip + k]
+            for k in range(len(size))
+        ]
+        return loader(inner)
+
+    return load
+
+
+def _origins(args: Sequence[Any]) -> frozenset[str]:
+    found: set[str] = set()
+    for a in args:
+        if isinstance(a, TensorBox) and isinstance(a.data, Pointwise):
+            found |= a.data.origins
+    return frozenset(found)
+
+
+def _device(args: Sequence[Any]) -> torch.device:
+    devices = {a.get_device() for a in args if isinstance(a, TensorBox)}
+    if len(devices) != 1:
+        raise Unsupported(f"pointwise op on devices {devices}")
+    return devices.pop()
+
+
+def pointwise(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kind: Kind = Kind.DEFAULT,
+    dtypes: tuple[torch.dtype, torch.dtype] | None = None,
+) -> TensorBox:
+    compute, result = dtypes or promote(args, kind)
+    boxes = [a for a in args if isinstance(a, TensorBox)]
+    shape = broadcast_shapes(*[b.get_size() for b in boxes])
+    device = _device(args)
+
+    def load_converted(arg: Any) -> Callable:
+        if not isinstance(arg, TensorBox):
+            return lambda index: ops.constant(arg, compute)
+        loader = broadcast_loader(arg, shape)
+        if arg.get_dtype() == compute:
+            return loader
+        return lambda index: ops.to_dtype(loader(index), compute)
+
+    loaders = [load_converted(a) for a in args]
+    natural = torch.bool if kind is Kind.ALWAYS_BOOL else compute
+
+    def inner_fn(index):
+        value = fn(*[load(index) for load in loaders])
+        return value if natural == result else ops.to_dtype(value, result)
+
+    return TensorBox(Pointwise(device, result, inner_fn, shape, _origins(args)))
+
+
+def make_pointwise(op_name: str, kind: Kind = Kind.DEFAULT) -> Callable[..., TensorBox]:
+    def lowering(*args: Any) -> TensorBox:
+        return pointwise(getattr(ops, op_name), args, kind)
+
+    lowering.__name__ = f"lower_{op_name}"
+    return lowering
+
+
+_TABLE = [
+    (aten.neg, "neg", Kind.DEFAULT),
+    (aten.abs, "abs", Kind.DEFAULT),
+    (aten.relu, "relu", Kind.DEFAULT),
+    (aten.sign, "sign", Kind.DEFAULT),
+    (aten.exp, "exp", Kind.INT_TO_FLOAT),
+    (aten.exp2, "exp2", Kind.INT_TO_FLOAT),
+    (aten.expm1, "expm1", Kind.INT_TO_FLOAT),
+    (aten.log, "log", Kind.INT_TO_FLOAT),
+    (aten.log2, "log2", Kind.INT_TO_FLOAT),
+    (aten.log1p, "log1p", Kind.INT_TO_FLOAT),
+    (aten.sqrt, "sqrt", Kind.INT_TO_FLOAT),
+    (aten.rsqrt, "rsqrt", Kind.INT_TO_FLOAT),
+    (aten.sin, "sin", Kind.INT_TO_FLOAT),
+    (aten.cos, "cos", Kind.INT_TO_FLOAT),
+    (aten.tanh, "tanh", Kind.INT_TO_FLOAT),
+    (aten.sigmoid, "sigmoid", Kind.INT_TO_FLOAT),
+    (aten.erf, "erf", Kind.INT_TO_FLOAT),
+    (aten.reciprocal, "reciprocal", Kind.INT_TO_FLOAT),
+    (aten.maximum, "maximum", Kind.DEFAULT),
+    (aten.minimum, "minimum", Kind.DEFAULT),
+    (aten.mul, "mul", Kind.DEFAULT),
+    (aten.eq, "eq", Kind.ALWAYS_BOOL),
+    (aten.ne, "ne", Kind.ALWAYS_BOOL),
+    (aten.lt, "lt", Kind.ALWAYS_BOOL),
+    (aten.le, "le", Kind.ALWAYS_BOOL),
+    (aten.gt, "gt", Kind.ALWAYS_BOOL),
+    (aten.ge, "ge", Kind.ALWAYS_BOOL),
+    (aten.isnan, "isnan", Kind.ALWAYS_BOOL),
+]
+for _op, _name, _kind in _TABLE:
+    register_lowering(_op)(make_pointwise(_name, _kind))
+
+
+def _is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+@register_lowering(aten.add)
+def add(a, b, *, alpha=1):
+    if alpha == 1:
+        return pointwise(ops.add, [a, b])
+    return pointwise(lambda x, y, k: ops.add(x, ops.mul(y, k)), [a, b, alpha])
+
+
+@register_lowering(aten.sub)
+def sub(a, b, *, alpha=1):
+    if alpha == 1:
+        return pointwise(ops.sub, [a, b])
+    return pointwise(lambda x, y, k: ops.sub(x, ops.mul(y, k)), [a, b, alpha])
+
+
+@register_lowering(aten.div)
+def div(a, b, *, rounding_mode=None):
+    if rounding_mode is None:
+        return pointwise(ops.truediv, [a, b], Kind.INT_TO_FLOAT)
+    compute, _ = promote([a, b], Kind.DEFAULT)
+    if rounding_mode == "floor":
+        if _is_float(compute):
+            return pointwise(lambda x, y: ops.floor(ops.truediv(x, y)), [a, b])
+        return pointwise(ops.floordiv, [a, b])
+    if _is_float(compute):
+
+        def trunc(x, y):
+            q = ops.truediv(x, y)
+            negative = ops.lt(q, ops.constant(0, compute))
+            return ops.where(negative, ops.ceil(q), ops.floor(q))
+
+        return pointwise(trunc, [a, b])
+    return pointwise(ops.truncdiv, [a, b])
+
+
+@register_lowering(aten.remainder)
+def remainder(a, b):
+    compute, _ = promote([a, b], Kind.DEFAULT)
+    if _is_float(compute):
+
+        def float_remainder(x, y):
+            return ops.sub(x, ops.mul(ops.floor(ops.truediv(x, y)), y))
+
+        return pointwise(float_remainder, [a, b])
+    return pointwise(ops.remainder, [a, b])
+
+
+def _rounding(name: str) -> Callable[[TensorBox], TensorBox]:
+    def lowering(x):
+        if not _is_float(x.get_dtype()):
+            return pointwise(lambda v: v, [x])
+        return pointwise(getattr(ops, name), [x])
+
+    return lowering
+
+
+register_lowering(aten.floor)(_rounding("floor"))
+register_lowering(aten.ceil)(_rounding("ceil"))
+
+
+def _truthy(box: Any) -> Any:
+    if isinstance(box, TensorBox) and box.get_dtype() != torch.bool:
+        return pointwise(ops.ne, [box, 0], Kind.ALWAYS_BOOL)
+    return box
+
+
+@register_lowering(aten.logical_not)
+def logical_not(x):
+    return pointwise(ops.logical_not, [_truthy(x)], Kind.ALWAYS_BOOL)
+
+
+@register_lowering(aten.logical_and)
+def logical_and(a, b):
+    return pointwise(ops.logical_and, [_truthy(a), _truthy(b)], Kind.ALWAYS_BOOL)
+
+
+@register_lowering(aten.logical_or)
+def logical_or(a, b):
+    return pointwise(ops.logical_or, [_truthy(a), _truthy(b)], Kind.ALWAYS_BOOL)
+
+
+@register_lowering(aten.bitwise_not)
+def bitwise_not(x):
+    if x.get_dtype() != torch.bool:
+        raise Unsupported("bitwise_not on integers")
+    return logical_not(x)
+
+
+@register_lowering(aten.where)
+def where(cond, a, b):
+    _, result = promote([a, b], Kind.NO_OPMATH)
+    return _where(_truthy(cond), a, b, result)
+
+
+def _where(cond: TensorBox, a: Any, b: Any, dtype: torch.dtype) -> TensorBox:
+    boxes = [v for v in (cond, a, b) if isinstance(v, TensorBox)]
+    shape = broadcast_shapes(*[v.get_size() for v in boxes])
+    load_cond = broadcast_loader(cond, shape)
+
+    def value_loader(v: Any) -> Callable:
+        if not isinstance(v, TensorBox):
+            return lambda index: ops.constant(v, dtype)
+        load = broadcast_loader(v, shape)
+        if v.get_dtype() == dtype:
+            return load
+        return lambda index: ops.to_dtype(load(index), dtype)
+
+    load_a, load_b = value_loader(a), value_loader(b)
+
+    def inner_fn(index):
+        return ops.where(load_cond(index), load_a(index), load_b(index))
+
+    device = _device([cond, a, b])
+    return TensorBox(Pointwise(device, dtype, inner_fn, shape, _origins([cond, a, b])))
+
+
+@register_lowering(aten.clamp)
+def clamp(x, min=None, max=None):
+    args = [x] + [v for v in (min, max) if v is not None]
+    compute, result = promote(args, Kind.DEFAULT)
+
+    def fn(v, *bounds):
+        k = 0
+        if min is not None:
+            v, k = ops.maximum(v, bounds[0]), 1
+        if max is not None:
+            v = ops.minimum(v, bounds[k])
+        return v
+
+    return pointwise(fn, args, dtypes=(compute, result))
+
+
+@register_lowering(aten.clamp_min)
+def clamp_min(x, min):
+    return clamp(x, min=min)
+
+
+@register_lowering(aten.clamp_max)
+def clamp_max(x, max):
+    return clamp(x, max=max)
+
+
+@register_lowering(aten.gelu)
+def gelu(x, *, approximate="none"):
+    compute, _ = promote([x], Kind.DEFAULT)
+
+    def c(value: float) -> Any:
+        return ops.constant(value, compute)
+
+    def exact(v):
+        cdf = ops.mul(c(0.5), ops.add(c(1.0), ops.erf(ops.mul(v, c(math.sqrt(0.5))))))
+        return ops.mul(v, cdf)
+
+    def tanh_approximation(v):
+        cube = ops.mul(v, ops.mul(v, v))
+        inner = ops.mul(c(math.sqrt(2 / math.pi)), ops.add(v, ops.mul(c(0.044715), cube)))
+        return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), ops.tanh(inner)))
+
+    return pointwise(tanh_approximation if approximate == "tanh" else exact, [x])
+
+
+@register_lowering(aten.silu)
+def silu(x):
+    return pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), [x])
+
+
+def _int_power(v: Any, n: int, compute: torch.dtype) -> Any:
+    if n == 0:
+        return ops.constant(1, compute)
+    result = v
+    for _ in range(abs(n) - 1):
+        result = ops.mul(result, v)
+    return ops.reciprocal(result) if n < 0 else result
+
+
+@register_lowering(aten.pow)
+def pow(base, exponent):
+    if isinstance(exponent, (int, float)) and isinstance(base, TensorBox):
+        compute, result = promote([base, exponent], Kind.BOOL_TO_LONG)
+        if float(exponent).is_integer() and abs(exponent) <= 4:
+            if exponent < 0 and not _is_float(compute):
+                raise Unsupported("integer to a negative power")
+            n = int(exponent)
+            power = lambda v: _int_power(v, n, compute)  # noqa: E731
+            return pointwise(power, [base], dtypes=(compute, result))
+        if exponent == 0.5:
+            return pointwise(ops.sqrt, [base], dtypes=(compute, result))
+    return pointwise(ops.pow, [base, exponent], Kind.BOOL_TO_LONG)
+
+
+def _default_dtype(value: Any) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+def _constant_box(value, size, dtype, device) -> TensorBox:
+    dtype = dtype or _default_dtype(value)
+    device = torch.device(device or "cpu")
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+    ranges = tuple(sympy.Integer(s) for s in size)
+    inner_fn = lambda index: ops.constant(value, dtype)  # noqa: E731
+    return TensorBox(Pointwise(device, dtype, inner_fn, ranges))
+
+
+@register_lowering(aten.full)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _constant_box(fill_value, size, dtype, device)
+
+
+@register_lowering(aten.scalar_tensor)
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _constant_box(value, (), dtype or torch.get_default_dtype(), device)
+
+
+@register_lowering(aten.clone, aten.lift_fresh_copy)
+def clone(x, *, memory_format=None):
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unsupported(f"clone to {memory_format}")
+    return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
+
+
+def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+    return pointwise(lambda v: ops.to_dtype(v, dtype), [x], dtypes=(x.get_dtype(), dtype))
+
+
+@register_lowering(aten._to_copy)
+def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None,
+            non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        raise Unsupported("copy between devices")
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        raise Unsupported(f"copy to {memory_format}")
+    return _convert(x, dtype or x.get_dtype())
+
+
+@register_lowering(prims.convert_element_type)
+def convert_element_type(x, dtype):
+    return _convert(x, dtype)
+
+
+class MixedDeviceError(RuntimeError):
+    pass
+
+
+def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device | None:
+    where = {n: t.device for n, t in zip(names, inputs) if isinstance(t, torch.Tensor)}
+    if len({d.type for d in where.values()}) > 1 or len(set(where.values())) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in where.items())
+        raise MixedDeviceError(
+            f"minductor compiles a graph for one device, but its inputs are on several: "
+            f"{listing}. Move them to one device before calling the compiled function."
+        )
+    return next(iter(where.values()), None)
+
+
+class GraphLowering(torch.fx.Interpreter):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        super().__init__(gm)
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.device = _check_devices(names, example_inputs)
+        self.example_inputs = list(example_inputs)
+        self.sizevars = SizeVarAllocator()
+        self.buffers: list[Buffer] = []
+        self.graph_inputs: dict[str, Any] = {}
+        self.graph_input_names: list[str] = []
+        self.graph_outputs: list[Buffer | None] = []
+        self.fallbacks: list[str] = []
+        self.current_node: torch.fx.Node | None = None
+
+    def new_buffer_name(self) -> str:
+        return f"buf{len(self.buffers)}"
+
+    def register_buffer(self, buf: Buffer) -> None:
+        self.buffers.append(buf)
+
+    def lower(self) -> GraphLowering:
+        self.run(*self.example_inputs)
+        return self
+
+
+    def placeholder(self, target, args, kwargs):
+        value = super().placeholder(target, args, kwargs)
+        name = self.current_node.name
+        self.graph_input_names.append(name)
+        if isinstance(value, torch.Tensor):
+            if value.dtype not in SUPPORTED_DTYPES:
+                log.debug("input %s has dtype %s; ops on it fall back", name, value.dtype)
+            box = TensorBox(InputBuffer(name, FixedLayout.from_tensor(value)))
+            self.graph_inputs[name] = box
+            return box
+        self.graph_inputs[name] = value
+        return value
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        lowering = lowerings.get(target)
+        if lowering is not None:
+            try:
+                return lowering(*args, **kwargs)
+            except Unsupported as why:
+                return self.fallback(target, args, kwargs, reason=str(why))
+        return self.fallback(target, args, kwargs, reason="no lowering")
+
+    def output(self, target, args, kwargs):
+        (results,) = args
+        for value in results:
+            if isinstance(value, TensorBox):
+                self.graph_outputs.append(value.realize(self))
+            elif value is None:
+                self.graph_outputs.append(None)
+            else:
+                raise NotImplementedError(f"graph output {value!r} is not a tensor")
+        return results
+
+
+    def fallback(self, target, args, kwargs, reason: str) -> Any:
+        op_name = str(target)
+        log.debug("fallback: %s (%s)", op_name, reason)
+        self.fallbacks.append(op_name)
+
+        def realize(a: Any) -> Any:
+            if isinstance(a, TensorBox):
+                return a.realize(self)
+            if isinstance(a, (list, tuple)):
+                return type(a)(realize(x) for x in a)
+            return a
+
+        args = realize(tuple(args))
+        kwargs = {k: realize(v) for k, v in kwargs.items()}
+        meta = self.current_node.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            buf = FallbackKernel(self.new_buffer_name(), FixedLayout.from_tensor(meta),
+                                 target, args, kwargs)
+            self.register_buffer(buf)
+            return TensorBox(buf)
+        if isinstance(meta, (list, tuple)) and all(
+            isinstance(m, torch.Tensor) or m is None for m in meta
+        ):
+            device = next(m.device for m in meta if m is not None)
+            parent = FallbackKernel(self.new_buffer_name(), MultiOutputLayout(device),
+                                    target, args, kwargs)
+            self.register_buffer(parent)
+            outputs = []
+            for k, m in enumerate(meta):
+                if m is None:
+                    outputs.append(None)
+                    continue
+                out = MultiOutput(self.new_buffer_name(), FixedLayout.from_tensor(m), parent, k)
+                self.register_buffer(out)
+                outputs.append(TensorBox(out))
+            return tuple(outputs)
+        raise NotImplementedError(f"cannot fall back on {op_name}: it returns {meta!r}")
+
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.current_node = n
+        result = super().run_node(n)
+        if n.op == "call_function" and isinstance(result, TensorBox):
+            self._check_against_meta(n, result)
+            if isinstance(result.data, Pointwise):
+                name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
+                result.data = dataclasses.replace(
+                    result.data, origins=result.data.origins | {name}
+                )
+                self._maybe_realize(n, result)
+        return result
+
+    def _check_against_meta(self, n: torch.fx.Node, box: TensorBox) -> None:
+        meta = n.meta.get("val")
+        if not isinstance(meta, torch.Tensor):
+            return
+        size = tuple(int(s) for s in box.get_size())
+        if box.get_dtype() != meta.dtype or size != tuple(meta.shape):
+            raise AssertionError(
+                f"lowering of {n.target} produced {box.get_dtype()} {list(size)}, "
+                f"but eager produces {meta.dtype} {list(meta.shape)}"
+            )
+
+    def _maybe_realize(self, n: torch.fx.Node, box: TensorBox) -> None:
+        counts = box.data.count_ops()
+        heavy = (
+            counts.count > config.realize_opcount_threshold
+            or counts.reads > config.realize_reads_threshold
+        )
+        if (len(n.users) > 1 and heavy) or counts.count > config.inline_opcount_limit:
+            box.realize(self)

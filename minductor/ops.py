@@ -1,0 +1,211 @@
+# generated from chapters/03_ops.md — edit there
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Protocol
+
+import sympy
+import torch
+
+
+def _floordiv(a, b):
+    return torch.div(a, b, rounding_mode="floor")
+
+
+def _truncdiv(a, b):
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+# name -> (arity, the PyTorch function that defines it)
+MATH_OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
+    "add": (2, torch.add),
+    "sub": (2, torch.sub),
+    "mul": (2, torch.mul),
+    "truediv": (2, torch.true_divide),
+    "floordiv": (2, _floordiv),
+    "truncdiv": (2, _truncdiv),
+    "remainder": (2, torch.remainder),
+    "maximum": (2, torch.maximum),
+    "minimum": (2, torch.minimum),
+    "pow": (2, torch.pow),
+    "eq": (2, torch.eq),
+    "ne": (2, torch.ne),
+    "lt": (2, torch.lt),
+    "le": (2, torch.le),
+    "gt": (2, torch.gt),
+    "ge": (2, torch.ge),
+    "logical_and": (2, torch.logical_and),
+    "logical_or": (2, torch.logical_or),
+    "neg": (1, torch.neg),
+    "abs": (1, torch.abs),
+    "exp": (1, torch.exp),
+    "exp2": (1, torch.exp2),
+    "expm1": (1, torch.expm1),
+    "log": (1, torch.log),
+    "log2": (1, torch.log2),
+    "log1p": (1, torch.log1p),
+    "sqrt": (1, torch.sqrt),
+    "rsqrt": (1, torch.rsqrt),
+    "sin": (1, torch.sin),
+    "cos": (1, torch.cos),
+    "tanh": (1, torch.tanh),
+    "sigmoid": (1, torch.sigmoid),
+    "erf": (1, torch.erf),
+    "floor": (1, torch.floor),
+    "ceil": (1, torch.ceil),
+    "reciprocal": (1, torch.reciprocal),
+    "relu": (1, torch.relu),
+    "logical_not": (1, torch.logical_not),
+    "isnan": (1, torch.isnan),
+    "sign": (1, torch.sign),
+}
+
+
+class OpsHandler(Protocol):
+    def load(self, name: str, index: sympy.Expr) -> Any: ...
+
+    def store(self, name: str, index: sympy.Expr, value: Any) -> None: ...
+
+    def constant(self, value: bool | int | float, dtype: torch.dtype) -> Any: ...
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> Any: ...
+
+    def to_dtype(self, x: Any, dtype: torch.dtype) -> Any: ...
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any: ...
+
+    # ...and one method per entry of MATH_OPS
+
+
+_handler: OpsHandler | None = None
+
+
+class _OpsProxy:
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            if _handler is None:
+                raise RuntimeError(f"ops.{name} called with no handler installed")
+            return getattr(_handler, name)(*args)
+
+        call.__name__ = name
+        return call
+
+    def __repr__(self) -> str:
+        return f"ops(handler={_handler!r})"
+
+
+ops = _OpsProxy()
+
+
+@contextlib.contextmanager
+def set_handler(handler: OpsHandler) -> Iterator[OpsHandler]:
+    global _handler
+    previous, _handler = _handler, handler
+    try:
+        yield handler
+    finally:
+        _handler = previous
+
+
+def current_handler() -> OpsHandler | None:
+    return _handler
+
+
+def _flat_storage(t: torch.Tensor) -> torch.Tensor:
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return t.as_strided((n,), (1,), 0)
+
+
+class EvalHandler:
+    """Runs a body with PyTorch on concrete indices, one element at a time."""
+
+    def __init__(self, buffers: dict[str, torch.Tensor]):
+        self.flat = {name: _flat_storage(t) for name, t in buffers.items()}
+        self.buffers = buffers
+
+    def load(self, name, index):
+        return self.flat[name][int(index)]
+
+    def store(self, name, index, value):
+        self.flat[name][int(index)] = value
+
+    def constant(self, value, dtype):
+        return torch.tensor(value, dtype=dtype)
+
+    def index_expr(self, expr, dtype):
+        return torch.tensor(int(expr), dtype=dtype)
+
+    def to_dtype(self, x, dtype):
+        return x.to(dtype)
+
+    def where(self, cond, a, b):
+        return torch.where(cond, a, b)
+
+    def __getattr__(self, name):
+        if name not in MATH_OPS:
+            raise AttributeError(name)
+        return MATH_OPS[name][1]
+
+
+class PrintHandler:
+    """Records each op as a line `tmpN = ops.name(args)`; values are the tmp names."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def _emit(self, name: str, *args: Any) -> str:
+        var = f"tmp{len(self.lines)}"
+        self.lines.append(f"{var} = ops.{name}({', '.join(map(str, args))})")
+        return var
+
+    def load(self, name, index):
+        return self._emit("load", name, index)
+
+    def store(self, name, index, value):
+        self.lines.append(f"ops.store({name}, {index}, {value})")
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: self._emit(name, *args)
+
+
+def body_to_str(fn: Callable[[list[sympy.Expr]], Any], index: list[sympy.Expr]) -> str:
+    """Run `fn` at a symbolic `index` under a PrintHandler and return the listing."""
+    handler = PrintHandler()
+    with set_handler(handler):
+        result = fn(index)
+    if result is not None:
+        handler.lines.append(f"return {result}")
+    return "\n".join(handler.lines)
+
+
+class NullHandler:
+    """Accepts every op and computes nothing; subclass it and override a few."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+class CountingHandler(NullHandler):
+    """Counts the ops a body performs (the lowering uses it to judge a body's size)."""
+
+    def __init__(self):
+        self.count = 0
+        self.reads = 0
+
+    def load(self, name, index):
+        self.reads += 1
+        self.count += 1
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def op(*args, **kwargs):
+            self.count += 1
+
+        return op

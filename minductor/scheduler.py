@@ -1,0 +1,356 @@
+# generated from chapters/07_scheduler.md — edit there
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+import sympy
+import torch
+
+from minductor.ir import Buffer, ComputedBuffer, FallbackKernel, MultiOutput
+from minductor.lowering import GraphLowering
+from minductor.ops import NullHandler, set_handler
+from minductor.sizevars import SimplifiedLoop, index_vars, product, simplify_loops
+
+log = logging.getLogger("minductor")
+
+
+@dataclass(frozen=True)
+class MemoryDep:
+    name: str
+    index: sympy.Expr
+
+    def __repr__(self) -> str:
+        return f"{self.name}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class StarDep:
+    name: str
+
+    def __repr__(self) -> str:
+        return f"{self.name}[*]"
+
+
+Dep = MemoryDep | StarDep
+
+
+class RecordingHandler(NullHandler):
+    def __init__(self):
+        self.loads: list[tuple[str, sympy.Expr]] = []
+        self.stores: list[tuple[str, sympy.Expr]] = []
+
+    def load(self, name, index):
+        self.loads.append((name, index))
+
+    def store(self, name, index, value):
+        self.stores.append((name, index))
+
+
+class BaseSchedulerNode:
+    reads: frozenset[Dep]
+    writes: frozenset[Dep]
+
+    def get_name(self) -> str:
+        raise NotImplementedError
+
+    def get_names(self) -> frozenset[str]:
+        return frozenset(d.name for d in self.writes)
+
+    def read_names(self) -> frozenset[str]:
+        return frozenset(d.name for d in self.reads)
+
+    def is_extern(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulerNode(BaseSchedulerNode):
+    node: ComputedBuffer
+    index_vars: tuple[sympy.Symbol, ...]
+    loop: SimplifiedLoop
+    reads: frozenset[Dep]
+    writes: frozenset[Dep]
+
+    @staticmethod
+    def create(node: ComputedBuffer) -> SchedulerNode:
+        variables = tuple(index_vars(len(node.layout.size)))
+        recorder = RecordingHandler()
+        with set_handler(recorder):
+            node.store_output(variables)
+        accesses = recorder.loads + recorder.stores
+        loop = simplify_loops(node.layout.size, variables, [i for _, i in accesses])
+
+        def deps(found):
+            return frozenset(MemoryDep(n, loop.rewrite(i, variables)) for n, i in found)
+
+        return SchedulerNode(node, variables, loop, deps(recorder.loads), deps(recorder.stores))
+
+    def get_name(self) -> str:
+        return self.node.name
+
+    @property
+    def snodes(self) -> tuple[SchedulerNode, ...]:
+        return (self,)
+
+    @property
+    def group(self) -> tuple[torch.device, sympy.Expr]:
+        return (self.node.get_device(), product(self.loop.sizes))
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return self.node.origins
+
+    def __repr__(self) -> str:
+        return f"SchedulerNode({self.get_name()}, sizes={list(self.loop.sizes)})"
+
+
+@dataclass(frozen=True, eq=False)
+class ExternKernelSchedulerNode(BaseSchedulerNode):
+    node: FallbackKernel | MultiOutput
+    reads: frozenset[Dep]
+    writes: frozenset[Dep]
+
+    @staticmethod
+    def create(node: FallbackKernel | MultiOutput) -> ExternKernelSchedulerNode:
+        inputs = [node.parent] if isinstance(node, MultiOutput) else node.input_buffers()
+        return ExternKernelSchedulerNode(
+            node, frozenset(StarDep(b.name) for b in inputs), frozenset({StarDep(node.name)})
+        )
+
+    def get_name(self) -> str:
+        return self.node.name
+
+    def is_extern(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"ExternKernelSchedulerNode({self.get_name()})"
+
+
+@dataclass(frozen=True, eq=False)
+class FusedSchedulerNode(BaseSchedulerNode):
+    snodes: tuple[SchedulerNode, ...]
+
+    @staticmethod
+    def fuse(a: BaseSchedulerNode, b: BaseSchedulerNode, order: dict[str, int]):
+        members = sorted(a.snodes + b.snodes, key=lambda n: order[n.get_name()])
+        return FusedSchedulerNode(tuple(members))
+
+    @property
+    def writes(self) -> frozenset[Dep]:
+        return frozenset().union(*(n.writes for n in self.snodes))
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        written = self.get_names()
+        every = frozenset().union(*(n.reads for n in self.snodes))
+        return frozenset(d for d in every if d.name not in written)
+
+    def get_name(self) -> str:
+        return "_".join(n.get_name() for n in self.snodes)
+
+    @property
+    def loop(self) -> SimplifiedLoop:
+        return self.snodes[0].loop
+
+    @property
+    def group(self):
+        return self.snodes[0].group
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return frozenset().union(*(n.origins for n in self.snodes))
+
+    def __repr__(self) -> str:
+        return f"FusedSchedulerNode({', '.join(n.get_name() for n in self.snodes)})"
+
+
+class Scheduler:
+    def __init__(self, graph: GraphLowering):
+        self.graph = graph
+        self.output_names = {b.name for b in graph.graph_outputs if b is not None}
+        self.nodes: list[BaseSchedulerNode] = [self._create(b) for b in graph.buffers]
+        self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
+        self.fusion_log: list[str] = []
+        self.removed_buffers: set[str] = set()
+        self.dead_code_elimination()
+        self.fuse_nodes()
+        self.removed_buffers |= self._buffers_internal_to_kernels()
+
+    @staticmethod
+    def _create(buf: Buffer) -> BaseSchedulerNode:
+        if isinstance(buf, ComputedBuffer):
+            return SchedulerNode.create(buf)
+        return ExternKernelSchedulerNode.create(buf)
+
+    def can_fuse(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> tuple[bool, str]:
+        for node in (a, b):
+            if node.is_extern():
+                return False, f"{node.get_name()} is an extern kernel"
+        if a.group[0] != b.group[0]:
+            return False, f"different devices: {a.group[0]} vs {b.group[0]}"
+        if a.group[1] != b.group[1]:
+            return False, f"different numel: {a.group[1]} vs {b.group[1]}"
+        if a.loop.sizes != b.loop.sizes:
+            return False, f"different loops: {list(a.loop.sizes)} vs {list(b.loop.sizes)}"
+        for first, second in ((a, b), (b, a)):
+            written = {d.name: d for d in first.writes}
+            for dep in second.reads:
+                if dep.name in written and dep != written[dep.name]:
+                    return False, (
+                        f"{second.get_name()} reads {dep} but {first.get_name()} "
+                        f"writes {written[dep.name]}"
+                    )
+        through = self._path_between(a, b)
+        if through:
+            return False, f"fusing would create a cycle through {through}"
+        return True, "ok"
+
+
+    def _producers(self) -> dict[str, BaseSchedulerNode]:
+        return {name: n for n in self.nodes for name in n.get_names()}
+
+    def _ancestors(self) -> dict[str, set[str]]:
+        producer = self._producers()
+        ancestors: dict[str, set[str]] = {}
+        for node in self.nodes:  # topological order
+            found: set[str] = set()
+            for name in node.read_names():
+                if name in producer and producer[name] is not node:
+                    parent = producer[name].get_name()
+                    found |= {parent} | ancestors[parent]
+            ancestors[node.get_name()] = found
+        return ancestors
+
+    def _path_between(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
+        ancestors = self._ancestors_cache
+        pair = {a.get_name(), b.get_name()}
+        for node in self.nodes:
+            name = node.get_name()
+            if name in pair:
+                continue
+            for x, y in ((a, b), (b, a)):
+                if x.get_name() in ancestors[name] and name in ancestors[y.get_name()]:
+                    return name
+        return None
+
+
+    def _numbytes(self, name: str) -> int:
+        buf = self._buffer(name)
+        if buf is None or not hasattr(buf.layout, "size"):
+            return 0
+        return int(product(buf.layout.size)) * buf.layout.dtype.itemsize
+
+    def _buffer(self, name: str) -> Buffer | None:
+        for b in self.graph.buffers:
+            if b.name == name:
+                return b
+        box = self.graph.graph_inputs.get(name)
+        return box.data if box is not None and hasattr(box, "data") else None
+
+    def score_fusion(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> tuple[int, int]:
+        shared = (a.get_names() | a.read_names()) & (b.get_names() | b.read_names())
+        saved = sum(self._numbytes(name) for name in shared)
+        return (saved, -abs(self._position(a) - self._position(b)))
+
+    def _position(self, node: BaseSchedulerNode) -> int:
+        return min(self.order[m.get_name()] for m in _members(node))
+
+
+    def fuse_nodes(self) -> None:
+        for _ in range(10):
+            if not self._fuse_once():
+                break
+
+    def _fuse_once(self) -> bool:
+        self._ancestors_cache = self._ancestors()
+        index = {n.get_name(): k for k, n in enumerate(self.nodes)}
+        pairs = []
+        for a in self.nodes:
+            for b in self.nodes:
+                if index[a.get_name()] >= index[b.get_name()]:
+                    continue
+                touched_a = a.get_names() | a.read_names()
+                if touched_a & (b.get_names() | b.read_names()):
+                    pairs.append((self.score_fusion(a, b), index[a.get_name()], a, b))
+        pairs.sort(key=lambda p: (p[0], -p[1]), reverse=True)
+        used: set[str] = set()
+        fused_any = False
+        for score, _, a, b in pairs:
+            if a.get_name() in used or b.get_name() in used:
+                continue
+            ok, reason = self.can_fuse(a, b)
+            if not ok:
+                self._log(f"cannot fuse {a.get_name()} with {b.get_name()}: {reason}")
+                continue
+            fused = FusedSchedulerNode.fuse(a, b, self.order)
+            self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {score[0]} bytes)")
+            self.nodes = [n for n in self.nodes if n is not a and n is not b] + [fused]
+            used |= {a.get_name(), b.get_name()}
+            fused_any = True
+        self.nodes = self._topological_sort(self.nodes)
+        return fused_any
+
+    def _topological_sort(self, nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
+        producer = {name: n for n in nodes for name in n.get_names()}
+        done: set[int] = set()
+        result: list[BaseSchedulerNode] = []
+
+        def visit(node):
+            if id(node) in done:
+                return
+            done.add(id(node))
+            for name in sorted(node.read_names(), key=lambda n: self.order.get(n, -1)):
+                if name in producer and producer[name] is not node:
+                    visit(producer[name])
+            result.append(node)
+
+        for node in sorted(nodes, key=self._position):
+            visit(node)
+        return result
+
+    def _log(self, line: str) -> None:
+        self.fusion_log.append(line)
+        log.debug("fusion: %s", line)
+
+
+    def _users(self) -> dict[str, set[str]]:
+        users: dict[str, set[str]] = {}
+        for node in self.nodes:
+            for name in node.read_names():
+                users.setdefault(name, set()).add(node.get_name())
+        return users
+
+    def dead_code_elimination(self) -> None:
+        while True:
+            users = self._users()
+            dead = [
+                n for n in self.nodes
+                if isinstance(n, SchedulerNode)
+                and n.get_name() not in self.output_names
+                and not users.get(n.get_name())
+            ]
+            if not dead:
+                return
+            for n in dead:
+                self._log(f"removed {n.get_name()}: no users")
+            self.nodes = [n for n in self.nodes if n not in dead]
+
+    def _buffers_internal_to_kernels(self) -> set[str]:
+        internal: set[str] = set()
+        readers: dict[str, set[int]] = {}
+        for k, node in enumerate(self.nodes):
+            for name in frozenset().union(*(s.read_names() for s in _members(node))):
+                readers.setdefault(name, set()).add(k)
+        for k, node in enumerate(self.nodes):
+            if node.is_extern():
+                continue
+            for name in node.get_names():
+                if name not in self.output_names and readers.get(name, {k}) == {k}:
+                    internal.add(name)
+        return internal
+
+
+def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:
+    return node.snodes if not node.is_extern() else (node,)

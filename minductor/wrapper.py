@@ -1,0 +1,215 @@
+# generated from chapters/09_wrapper.md — edit there
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from minductor.codegen_triton import GeneratedKernel, generate_kernel
+from minductor.ir import Buffer, FallbackKernel, FixedLayout, MultiOutput, TensorBox
+from minductor.lowering import GraphLowering
+from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
+
+
+def _tuple(exprs) -> str:
+    items = [str(int(e)) for e in exprs]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+@dataclass(frozen=True)
+class AllocateLine:
+    name: str
+    layout: FixedLayout
+
+    def codegen(self) -> str:
+        lay = self.layout
+        return (
+            f"{self.name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+            f"device='{lay.device}', dtype={lay.dtype})"
+        )
+
+    def uses(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class KernelCallLine:
+    kernel_name: str
+    kernel: GeneratedKernel
+
+    def codegen(self) -> str:
+        args = ", ".join(self.kernel.call_args)
+        meta = ", ".join(f"{k}={v}" for k, v in self.kernel.meta)
+        return f"launch({self.kernel_name}, {self.kernel.numel}, {args}, {meta})"
+
+    def uses(self) -> tuple[str, ...]:
+        return self.kernel.call_args
+
+
+def codegen_arg(a: Any) -> str:
+    if isinstance(a, Buffer):
+        return a.name
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(codegen_arg(x) for x in a)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+    if isinstance(a, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(a) if str(a).startswith("torch.") else f"torch.{a}"
+    if isinstance(a, torch.device):
+        return f"torch.device('{a}')"
+    if isinstance(a, float) and not math.isfinite(a):
+        return f'float("{a}")'
+    return repr(a)
+
+
+def codegen_op(op: Any) -> str:
+    name = str(op)
+    return name if name.startswith("aten.") else f"torch.ops.{name}"
+
+
+@dataclass(frozen=True)
+class ExternCallLine:
+    node: FallbackKernel
+
+    def codegen(self) -> str:
+        n = self.node
+        args = [codegen_arg(a) for a in n.args]
+        args += [f"{k}={codegen_arg(v)}" for k, v in n.kwargs.items()]
+        call = f"{n.name} = {codegen_op(n.op)}({', '.join(args)})"
+        if not isinstance(n.layout, FixedLayout):
+            return call
+        size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
+        return f"{call}\nassert_size_stride({n.name}, {size}, {stride})"
+
+    def uses(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.node.input_buffers())
+
+
+@dataclass(frozen=True)
+class MultiOutputLine:
+    node: MultiOutput
+
+    def codegen(self) -> str:
+        n = self.node
+        return (
+            f"{n.name} = {n.parent.name}[{n.index}]\n"
+            f"assert_size_stride({n.name}, {_tuple(n.layout.size)}, {_tuple(n.layout.stride)})"
+        )
+
+    def uses(self) -> tuple[str, ...]:
+        return (self.node.parent.name,)
+
+
+@dataclass(frozen=True)
+class FreeLine:
+    names: tuple[str, ...]
+
+    def codegen(self) -> str:
+        return "del " + ", ".join(self.names)
+
+    def uses(self) -> tuple[str, ...]:
+        return ()
+
+
+Line = AllocateLine | KernelCallLine | ExternCallLine | MultiOutputLine | FreeLine
+
+
+class WrapperCodeGen:
+    def __init__(self, graph: GraphLowering, scheduler: Scheduler, interpret: bool):
+        self.graph = graph
+        self.scheduler = scheduler
+        self.interpret = interpret
+        self.kernels: dict[str, str] = {}  # source (with placeholder) -> kernel name
+        self.lines: list[Line] = []
+
+    def plan(self) -> None:
+        removed = self.scheduler.removed_buffers
+        for node in self.scheduler.nodes:
+            if isinstance(node, ExternKernelSchedulerNode):
+                if isinstance(node.node, MultiOutput):
+                    self.lines.append(MultiOutputLine(node.node))
+                else:
+                    self.lines.append(ExternCallLine(node.node))
+                continue
+            kernel = generate_kernel(node, removed, self.interpret)
+            name = self.kernels.get(kernel.source)
+            if name is None:
+                name = f"triton_{kernel.descriptive_name}_{len(self.kernels)}"
+                self.kernels[kernel.source] = name
+            for member in node.snodes:
+                if member.get_name() not in removed:
+                    self.lines.append(AllocateLine(member.get_name(), member.node.layout))
+            self.lines.append(KernelCallLine(name, kernel))
+        self.plan_frees()
+
+    def plan_frees(self) -> None:
+        keep = {b.name for b in self.graph.graph_outputs if b is not None}
+        seen: set[str] = set(keep)
+        planned: list[Line] = []
+        for line in reversed(self.lines):
+            dying = tuple(n for n in dict.fromkeys(line.uses()) if n not in seen)
+            seen |= set(line.uses())
+            if dying:
+                planned.append(FreeLine(dying))
+            planned.append(line)
+        unused = tuple(
+            n
+            for n in self.graph.graph_input_names
+            if n not in seen and isinstance(self.graph.graph_inputs[n], TensorBox)
+        )
+        self.lines = ([FreeLine(unused)] if unused else []) + planned[::-1]
+
+
+    def generate(self) -> str:
+        self.plan()
+        out = [
+            "import torch",
+            "import triton",
+            "import triton.language as tl",
+            "from triton.language.extra import libdevice",
+            "",
+            "from minductor import triton_helpers as helpers",
+            "from minductor.runtime import (",
+            "    assert_size_stride, benchmark, empty_strided, launch, rand_strided",
+            ")",
+            "",
+            "aten = torch.ops.aten",
+            "",
+        ]
+        for source, name in self.kernels.items():
+            out += ["", source.replace("KERNEL_NAME", name), ""]
+        out += ["", *self.generate_call(), "", *self.generate_benchmark()]
+        out += ["", 'if __name__ == "__main__":', "    print(benchmark_compiled_module())"]
+        return "\n".join(out) + "\n"
+
+    def generate_call(self) -> list[str]:
+        names = self.graph.graph_input_names
+        body = []
+        if names:
+            body += [", ".join(names) + ("," if len(names) == 1 else "") + " = args"]
+        body += ["args.clear()"]
+        for line in self.lines:
+            body += line.codegen().splitlines()
+        outputs = [b.name if b is not None else "None" for b in self.graph.graph_outputs]
+        body += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
+        return ["def call(args):"] + ["    " + line for line in body]
+
+    def generate_benchmark(self) -> list[str]:
+        body = []
+        for name in self.graph.graph_input_names:
+            value = self.graph.graph_inputs[name]
+            if isinstance(value, TensorBox):
+                lay = value.data.layout
+                body.append(
+                    f"{name} = rand_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+                    f"device='{lay.device}', dtype={lay.dtype})"
+                )
+            else:
+                body.append(f"{name} = {value!r}")
+        inputs = ", ".join(self.graph.graph_input_names)
+        body.append(f"return benchmark(lambda: call([{inputs}]), times=times, repeat=repeat)")
+        return ["def benchmark_compiled_module(times=10, repeat=10):"] + [
+            "    " + line for line in body
+        ]
