@@ -89,8 +89,8 @@ class TritonOverrides:
             literal = repr(value) if math.isfinite(value) else f'float("{value}")'
         else:
             literal = repr(bool(value) if dtype == torch.bool else int(value))
-        if dtype == torch.float32:
-            return literal
+        # a typed one-element tensor, not a bare literal: Triton treats a literal as a
+        # compile-time constant, which some operations (and helpers) do not accept
         return f"tl.full([1], {literal}, {TRITON_DTYPES[dtype]})"
 
 

@@ -230,6 +230,11 @@ def div(a, b, *, rounding_mode=None):
     return pointwise(ops.truncdiv, [a, b])
 
 
+@register_lowering(aten.floor_divide)
+def floor_divide(a, b):
+    return div(a, b, rounding_mode="floor")
+
+
 @register_lowering(aten.remainder)
 def remainder(a, b):
     compute, _ = promote([a, b], Kind.DEFAULT)

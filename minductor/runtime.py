@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
+import numpy
 import torch
 
 from minductor.config import config
@@ -57,7 +58,9 @@ def launch(kernel, numel: int, *args, XBLOCK: int, num_warps: int) -> None:
     if launcher is None:
         launcher = _launchers[key] = kernel[grid]
     if interpret_mode():
-        launcher(*args, numel, XBLOCK=XBLOCK)
+        # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
+        with numpy.errstate(all="ignore"):
+            launcher(*args, numel, XBLOCK=XBLOCK)
     else:
         launcher(*args, numel, XBLOCK=XBLOCK, num_warps=num_warps)
 

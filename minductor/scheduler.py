@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 import sympy
 import torch
 
@@ -166,6 +167,15 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return f"FusedSchedulerNode({', '.join(n.get_name() for n in self.snodes)})"
 
 
+FusionRule = Callable[[BaseSchedulerNode, BaseSchedulerNode], "str | None"]
+fusion_rules: list[FusionRule] = []
+
+
+def register_fusion_rule(rule: FusionRule) -> FusionRule:
+    fusion_rules.append(rule)
+    return rule
+
+
 class Scheduler:
     def __init__(self, graph: GraphLowering):
         self.graph = graph
@@ -202,6 +212,10 @@ class Scheduler:
                         f"{second.get_name()} reads {dep} but {first.get_name()} "
                         f"writes {written[dep.name]}"
                     )
+        for rule in fusion_rules:
+            reason = rule(a, b)
+            if reason is not None:
+                return False, reason
         through = self._path_between(a, b)
         if through:
             return False, f"fusing would create a cycle through {through}"
@@ -286,10 +300,11 @@ class Scheduler:
                 continue
             fused = FusedSchedulerNode.fuse(a, b, self.order)
             self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {score[0]} bytes)")
-            self.nodes = [n for n in self.nodes if n is not a and n is not b] + [fused]
+            rest = [n for n in self.nodes if n is not a and n is not b]
+            self.nodes = self._topological_sort(rest + [fused])
+            self._ancestors_cache = self._ancestors()
             used |= {a.get_name(), b.get_name()}
             fused_any = True
-        self.nodes = self._topological_sort(self.nodes)
         return fused_any
 
     def _topological_sort(self, nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
