@@ -47,8 +47,10 @@ class FixedLayout:
         )
 
     def make_indexer(self) -> Callable[[Index], sympy.Expr]:
+        # relative to the tensor's first element: a kernel receives data_ptr(), which
+        # already includes the storage offset
         def indexer(index: Index) -> sympy.Expr:
-            return flat_index(index, self.stride, self.offset)
+            return flat_index(index, self.stride)
 
         return indexer
 

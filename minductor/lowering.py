@@ -283,9 +283,23 @@ def logical_or(a, b):
 
 @register_lowering(aten.bitwise_not)
 def bitwise_not(x):
-    if x.get_dtype() != torch.bool:
-        raise Unsupported("bitwise_not on integers")
-    return logical_not(x)
+    if x.get_dtype() == torch.bool:
+        return logical_not(x)
+    return pointwise(ops.bitwise_not, [x])
+
+
+def _bitwise(name: str) -> Callable[..., TensorBox]:
+    def lowering(a, b):
+        compute, _ = promote([a, b], Kind.DEFAULT)
+        if _is_float(compute):
+            raise Unsupported(f"{name} on floating point")
+        return pointwise(getattr(ops, name), [a, b])
+
+    return lowering
+
+
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register_lowering(getattr(aten, _name))(_bitwise(_name))
 
 
 @register_lowering(aten.where)

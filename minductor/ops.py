@@ -37,6 +37,10 @@ MATH_OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     "ge": (2, torch.ge),
     "logical_and": (2, torch.logical_and),
     "logical_or": (2, torch.logical_or),
+    "bitwise_and": (2, torch.bitwise_and),
+    "bitwise_or": (2, torch.bitwise_or),
+    "bitwise_xor": (2, torch.bitwise_xor),
+    "bitwise_not": (1, torch.bitwise_not),
     "neg": (1, torch.neg),
     "abs": (1, torch.abs),
     "exp": (1, torch.exp),
@@ -113,8 +117,9 @@ def current_handler() -> OpsHandler | None:
 
 
 def _flat_storage(t: torch.Tensor) -> torch.Tensor:
-    n = t.untyped_storage().nbytes() // t.element_size()
-    return t.as_strided((n,), (1,), 0)
+    # from the tensor's first element to the end of its storage, as a kernel sees it
+    n = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    return t.as_strided((n,), (1,), t.storage_offset())
 
 
 class EvalHandler:

@@ -1,0 +1,39 @@
+# minductor: `make demo`, `make test`, `make docs`, `make tangle`.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 TRITON_INTERPRET=1
+
+.PHONY: install demo test docs tangle clean
+
+install: $(STAMP)
+
+# torch is pinned here, before the editable install, so pip never picks a torch for
+# us (pyproject says only torch>=2.11). The jupyter kernel the exercise notebooks
+# run on ships inside the venv (ipykernel's python3 kernelspec), nothing to register.
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e ".[dev]"
+	touch $@
+
+demo: $(STAMP)
+	$(PY) -m minductor.demo
+
+test: $(STAMP)
+	$(PY) tools/tangle.py --check
+	$(PY) tools/make_stubs.py --check
+	$(PY) -m pytest -q
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
+
+docs: $(STAMP)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve
+
+tangle: $(STAMP)
+	$(PY) tools/tangle.py
+	$(PY) tools/make_stubs.py
+
+clean:
+	rm -rf site .pytest_cache .hypothesis .ruff_cache .cache/mkdocs-jupyter
+	rm -rf *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

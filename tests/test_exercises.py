@@ -1,0 +1,151 @@
+"""Every exercise: the solution's checks pass, the stub's checks fail, stubs are fresh.
+
+Each notebook runs in a child process (this file run as a script), so what an
+exercise registers (a lowering, a fusion rule) never leaks into other tests. The
+child executes the notebook without its check cells (see tools/make_stubs.py), then
+calls every ``test_*`` function itself and reports the outcomes as JSON.
+"""
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import traceback
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MAKE_STUBS = REPO / "tools" / "make_stubs.py"
+SOLUTIONS = sorted((REPO / "exercises" / "solutions").glob("ex*.py"))
+RESULT = "@@exercise-result@@ "
+STUB_MESSAGE = "your code here"
+
+
+def load_make_stubs() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("make_stubs", MAKE_STUBS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_stubs"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def from_stub(exc: BaseException | None) -> bool:
+    """Is ``exc``, or an exception it wraps (Dynamo wraps backend errors), the
+    stub's NotImplementedError?"""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotImplementedError) and STUB_MESSAGE in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def run_notebook(path: Path) -> dict:
+    """Exec ``path`` minus its check cells, then call each test_* (in the child)."""
+    ms = load_make_stubs()
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    called = []
+    for cell in ms.check_cells(text, str(path)):
+        called += [s.value.func.id for s in ast.parse(cell.code).body]
+        lines[cell.marker + 1 : cell.end] = [""] * (cell.end - cell.marker - 1)
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    sys.modules[path.stem] = module
+    report = {"import_error": None, "checks": [], "called": called}
+    try:
+        exec(compile("\n".join(lines), str(path), "exec"), module.__dict__)
+    except BaseException:  # reported to the parent
+        report["import_error"] = traceback.format_exc()
+        return report
+    tests = [
+        name
+        for name, fn in vars(module).items()
+        if name.startswith("test_")
+        and getattr(getattr(fn, "__code__", None), "co_filename", None) == str(path)
+    ]
+    for name in tests:
+        try:
+            getattr(module, name)()
+        except BaseException as exc:
+            outcome = "stub" if from_stub(exc) else type(exc).__name__
+            report["checks"].append([name, outcome, traceback.format_exc()])
+        else:
+            report["checks"].append([name, "passed", ""])
+    return report
+
+
+def run_child(path: Path) -> dict:
+    env = dict(os.environ)
+    paths = [str(REPO), str(REPO / "exercises"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    cmd = [sys.executable, __file__, str(path)]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    pytest.fail(f"{path.name}: child process failed\n{proc.stdout}\n{proc.stderr}")
+
+
+def ids(paths):
+    return [p.stem for p in paths]
+
+
+pytestmark = pytest.mark.exercises
+if not SOLUTIONS and __name__ != "__main__":
+    pytest.skip("no exercises/solutions/ex*.py yet", allow_module_level=True)
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=ids(SOLUTIONS))
+def test_solution_checks_pass(solution):
+    report = run_child(solution)
+    assert report["import_error"] is None, report["import_error"]
+    assert report["checks"], f"{solution.name} defines no test_* checks"
+    failed = [
+        f"{name}: {detail}"
+        for name, outcome, detail in report["checks"]
+        if outcome != "passed"
+    ]
+    assert not failed, "\n".join(failed)
+    uncalled = [n for n, _, _ in report["checks"] if n not in report["called"]]
+    assert not uncalled, f"no check cell calls {uncalled}: the notebook never runs them"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=ids(SOLUTIONS))
+def test_stub_checks_fail(solution):
+    stub = REPO / "exercises" / solution.name
+    assert stub.exists(), f"{stub} is missing: run `python tools/make_stubs.py`"
+    report = run_child(stub)
+    assert report["import_error"] is None, (
+        f"the stub fails before any check runs; code outside functions must not use "
+        f"the learner's part:\n{report['import_error']}"
+    )
+    problems = []
+    for name, outcome, detail in report["checks"]:
+        if outcome == "passed":
+            problems.append(
+                f"{name} passes on the stub: a check that cannot fail checks nothing"
+            )
+        elif outcome != "stub":
+            problems.append(
+                f"{name} raised {outcome}, not the stub's NotImplementedError:\n"
+                + detail
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_stubs_are_fresh():
+    cmd = [sys.executable, str(MAKE_STUBS), "--check"]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+if __name__ == "__main__":
+    print(RESULT + json.dumps(run_notebook(Path(sys.argv[1]).resolve())))
