@@ -526,6 +526,8 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target, args, kwargs):
         (results,) = args
+        if not isinstance(results, (tuple, list)):  # make_fx graphs return one value
+            results = (results,)
         for value in results:
             if isinstance(value, TensorBox):
                 self.graph_outputs.append(value.realize(self))
