@@ -40,7 +40,7 @@ _observers: list[list[CompiledGraph]] = []
 
 @contextlib.contextmanager
 def record_compiled() -> Iterator[list[CompiledGraph]]:
-    """Collect every CompiledGraph produced inside the block (for tests and the book)."""
+    """Collect every CompiledGraph made inside the block (for tests and the book)."""
     found: list[CompiledGraph] = []
     _observers.append(found)
     try:
@@ -92,7 +92,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     return compiled
 
 
-def compile_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def compile_backward(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> Callable:
     return _eager(gm, "backward graphs are not lowered yet")
 
 
@@ -107,7 +109,7 @@ def minductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Ca
 
 
 def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """Run fn (typically a torch.compile'd function) and return the generated modules."""
+    """Run fn (typically a torch.compile'd function); return the generated modules."""
     with record_compiled() as found:
         result = fn(*args, **kwargs)
     return result, [c.source for c in found]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import sympy
 import torch
@@ -139,7 +138,9 @@ def pointwise_config(numel: int) -> dict[str, int]:
 
 
 class TritonKernel:
-    def __init__(self, sizes, removed_buffers: set[str], overrides: type[TritonOverrides]):
+    def __init__(
+        self, sizes, removed_buffers: set[str], overrides: type[TritonOverrides]
+    ):
         self.sizes = tuple(sizes)
         self.numel = int(product(self.sizes))
         self.removed_buffers = removed_buffers
@@ -148,8 +149,10 @@ class TritonKernel:
         self.lines: list[str] = []
         self.cse: dict[str, str] = {}
         self.store_cache: dict[tuple[str, str], str] = {}
-        self.variables = [sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
-                          for k in reversed(range(len(self.sizes)))]
+        self.variables = [
+            sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+            for k in reversed(range(len(self.sizes)))
+        ]
 
     def newvar(self, expr: str) -> str:
         if expr not in self.cse:
@@ -184,7 +187,9 @@ class KernelOpsHandler:
         self.node = node
 
     def _index(self, index: sympy.Expr) -> str:
-        return self.kernel.index_str(self.node.loop.rewrite(index, self.node.index_vars))
+        return self.kernel.index_str(
+            self.node.loop.rewrite(index, self.node.index_vars)
+        )
 
     def load(self, name, index):
         index_s = self._index(index)
@@ -247,7 +252,8 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
         *kernel.lines,
     ]
     source = "\n".join(
-        ["@triton.jit", f"def KERNEL_NAME({params}):"] + ["    " + line for line in body]
+        ["@triton.jit", f"def KERNEL_NAME({params}):"]
+        + ["    " + line for line in body]
     )
     return GeneratedKernel(
         source,

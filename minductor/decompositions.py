@@ -69,21 +69,32 @@ def rsub(self, other, alpha=1):
 
 
 @register_decomposition(aten.full_like)
-def full_like(x, fill_value, *, dtype=None, layout=None, device=None,
-              pin_memory=None, memory_format=None):
-    return torch.full(x.shape, fill_value, dtype=dtype or x.dtype,
-                      device=device or x.device)
+def full_like(
+    x,
+    fill_value,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return torch.full(
+        x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device
+    )
 
 
 @register_decomposition(aten.zeros_like)
-def zeros_like(x, *, dtype=None, layout=None, device=None, pin_memory=None,
-               memory_format=None):
+def zeros_like(
+    x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     return full_like(x, 0, dtype=dtype, device=device)
 
 
 @register_decomposition(aten.ones_like)
-def ones_like(x, *, dtype=None, layout=None, device=None, pin_memory=None,
-              memory_format=None):
+def ones_like(
+    x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     return full_like(x, 1, dtype=dtype, device=device)
 
 

@@ -193,7 +193,9 @@ class FallbackKernel(Buffer):
 
     def __repr__(self) -> str:
         ins = ", ".join(b.name for b in self.input_buffers())
-        return f"{self.name}: FallbackKernel({self.op}, inputs=[{ins}], {self.layout!r})"
+        return (
+            f"{self.name}: FallbackKernel({self.op}, inputs=[{ins}], {self.layout!r})"
+        )
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -202,7 +204,8 @@ class MultiOutput(Buffer):
     index: int
 
     def __repr__(self) -> str:
-        return f"{self.name}: MultiOutput({self.parent.name}[{self.index}], {self.layout!r})"
+        source = f"{self.parent.name}[{self.index}]"
+        return f"{self.name}: MultiOutput({source}, {self.layout!r})"
 
 
 class TensorBox:
@@ -229,7 +232,9 @@ class TensorBox:
         if isinstance(self.data, Buffer):
             return self.data
         assert isinstance(self.data, Pointwise), self.data
-        layout = FixedLayout.contiguous(self.data.device, self.data.dtype, self.data.ranges)
+        layout = FixedLayout.contiguous(
+            self.data.device, self.data.dtype, self.data.ranges
+        )
         buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
         graph.register_buffer(buf)
         self.data = buf

@@ -98,7 +98,9 @@ def broadcast_loader(box: TensorBox, shape: Sequence[sympy.Expr]) -> Callable:
 
     def load(index):
         inner = [
-            sympy.Integer(0) if size[k] == 1 and shape[skip + k] != 1 else index[skip + k]
+            sympy.Integer(0)
+            if size[k] == 1 and shape[skip + k] != 1
+            else index[skip + k]
             for k in range(len(size))
         ]
         return loader(inner)
@@ -369,7 +371,9 @@ def gelu(x, *, approximate="none"):
 
     def tanh_approximation(v):
         cube = ops.mul(v, ops.mul(v, v))
-        inner = ops.mul(c(math.sqrt(2 / math.pi)), ops.add(v, ops.mul(c(0.044715), cube)))
+        inner = ops.mul(
+            c(math.sqrt(2 / math.pi)), ops.add(v, ops.mul(c(0.044715), cube))
+        )
         return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), ops.tanh(inner)))
 
     return pointwise(tanh_approximation if approximate == "tanh" else exact, [x])
@@ -442,12 +446,22 @@ def clone(x, *, memory_format=None):
 def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {dtype}")
-    return pointwise(lambda v: ops.to_dtype(v, dtype), [x], dtypes=(x.get_dtype(), dtype))
+    return pointwise(
+        lambda v: ops.to_dtype(v, dtype), [x], dtypes=(x.get_dtype(), dtype)
+    )
 
 
 @register_lowering(aten._to_copy)
-def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None,
-            non_blocking=False, memory_format=None):
+def to_copy(
+    x,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
     if device is not None and torch.device(device) != x.get_device():
         raise Unsupported("copy between devices")
     if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
@@ -469,7 +483,8 @@ def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device 
     if len({d.type for d in where.values()}) > 1 or len(set(where.values())) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in where.items())
         raise MixedDeviceError(
-            f"minductor compiles a graph for one device, but its inputs are on several: "
+            f"minductor compiles a graph for one device, but its inputs are on "
+            f"several: "
             f"{listing}. Move them to one device before calling the compiled function."
         )
     return next(iter(where.values()), None)
@@ -506,7 +521,9 @@ class GraphLowering(torch.fx.Interpreter):
         self.graph_input_names.append(name)
         if isinstance(value, torch.Tensor):
             if value.dtype not in SUPPORTED_DTYPES:
-                log.debug("input %s has dtype %s; ops on it fall back", name, value.dtype)
+                log.debug(
+                    "input %s has dtype %s; ops on it fall back", name, value.dtype
+                )
             box = TensorBox(InputBuffer(name, FixedLayout.from_tensor(value)))
             self.graph_inputs[name] = box
             return box
@@ -554,23 +571,31 @@ class GraphLowering(torch.fx.Interpreter):
         kwargs = {k: realize(v) for k, v in kwargs.items()}
         meta = self.current_node.meta.get("val")
         if isinstance(meta, torch.Tensor):
-            buf = FallbackKernel(self.new_buffer_name(), FixedLayout.from_tensor(meta),
-                                 target, args, kwargs)
+            buf = FallbackKernel(
+                self.new_buffer_name(),
+                FixedLayout.from_tensor(meta),
+                target,
+                args,
+                kwargs,
+            )
             self.register_buffer(buf)
             return TensorBox(buf)
         if isinstance(meta, (list, tuple)) and all(
             isinstance(m, torch.Tensor) or m is None for m in meta
         ):
             device = next(m.device for m in meta if m is not None)
-            parent = FallbackKernel(self.new_buffer_name(), MultiOutputLayout(device),
-                                    target, args, kwargs)
+            parent = FallbackKernel(
+                self.new_buffer_name(), MultiOutputLayout(device), target, args, kwargs
+            )
             self.register_buffer(parent)
             outputs = []
             for k, m in enumerate(meta):
                 if m is None:
                     outputs.append(None)
                     continue
-                out = MultiOutput(self.new_buffer_name(), FixedLayout.from_tensor(m), parent, k)
+                out = MultiOutput(
+                    self.new_buffer_name(), FixedLayout.from_tensor(m), parent, k
+                )
                 self.register_buffer(out)
                 outputs.append(TensorBox(out))
             return tuple(outputs)

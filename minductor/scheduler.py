@@ -85,7 +85,9 @@ class SchedulerNode(BaseSchedulerNode):
         def deps(found):
             return frozenset(MemoryDep(n, loop.rewrite(i, variables)) for n, i in found)
 
-        return SchedulerNode(node, variables, loop, deps(recorder.loads), deps(recorder.stores))
+        return SchedulerNode(
+            node, variables, loop, deps(recorder.loads), deps(recorder.stores)
+        )
 
     def get_name(self) -> str:
         return self.node.name
@@ -114,9 +116,13 @@ class ExternKernelSchedulerNode(BaseSchedulerNode):
 
     @staticmethod
     def create(node: FallbackKernel | MultiOutput) -> ExternKernelSchedulerNode:
-        inputs = [node.parent] if isinstance(node, MultiOutput) else node.input_buffers()
+        inputs = (
+            [node.parent] if isinstance(node, MultiOutput) else node.input_buffers()
+        )
         return ExternKernelSchedulerNode(
-            node, frozenset(StarDep(b.name) for b in inputs), frozenset({StarDep(node.name)})
+            node,
+            frozenset(StarDep(b.name) for b in inputs),
+            frozenset({StarDep(node.name)}),
         )
 
     def get_name(self) -> str:
@@ -203,7 +209,10 @@ class Scheduler:
         if a.group[1] != b.group[1]:
             return False, f"different numel: {a.group[1]} vs {b.group[1]}"
         if a.loop.sizes != b.loop.sizes:
-            return False, f"different loops: {list(a.loop.sizes)} vs {list(b.loop.sizes)}"
+            return (
+                False,
+                f"different loops: {list(a.loop.sizes)} vs {list(b.loop.sizes)}",
+            )
         for first, second in ((a, b), (b, a)):
             written = {d.name: d for d in first.writes}
             for dep in second.reads:
@@ -263,7 +272,9 @@ class Scheduler:
         box = self.graph.graph_inputs.get(name)
         return box.data if box is not None and hasattr(box, "data") else None
 
-    def score_fusion(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> tuple[int, int]:
+    def score_fusion(
+        self, a: BaseSchedulerNode, b: BaseSchedulerNode
+    ) -> tuple[int, int]:
         shared = (a.get_names() | a.read_names()) & (b.get_names() | b.read_names())
         saved = sum(self._numbytes(name) for name in shared)
         return (saved, -abs(self._position(a) - self._position(b)))
@@ -307,7 +318,9 @@ class Scheduler:
             fused_any = True
         return fused_any
 
-    def _topological_sort(self, nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
+    def _topological_sort(
+        self, nodes: list[BaseSchedulerNode]
+    ) -> list[BaseSchedulerNode]:
         producer = {name: n for n in nodes for name in n.get_names()}
         done: set[int] = set()
         result: list[BaseSchedulerNode] = []
@@ -341,7 +354,8 @@ class Scheduler:
         while True:
             users = self._users()
             dead = [
-                n for n in self.nodes
+                n
+                for n in self.nodes
                 if isinstance(n, SchedulerNode)
                 and n.get_name() not in self.output_names
                 and not users.get(n.get_name())

@@ -11,7 +11,9 @@ from sympy.printing.str import StrPrinter
 
 
 def index_vars(n: int, prefix: str = "i") -> list[sympy.Symbol]:
-    return [sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True) for k in range(n)]
+    return [
+        sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True) for k in range(n)
+    ]
 
 
 class FloorDiv(sympy.Function):
@@ -83,7 +85,9 @@ class SizeVarAllocator:
     def size_hint(self, expr: sympy.Expr) -> int:
         value = sympy.sympify(expr)
         if not value.is_number:
-            raise NotImplementedError(f"symbolic size {expr} (dynamic shapes come later)")
+            raise NotImplementedError(
+                f"symbolic size {expr} (dynamic shapes come later)"
+            )
         return int(value)
 
     def size_hints(self, exprs: Sequence[sympy.Expr]) -> tuple[int, ...]:
@@ -95,7 +99,9 @@ def affine_coefficients(
 ) -> tuple[sympy.Expr, list[sympy.Expr]] | None:
     """expr == offset + sum(c_k * v_k) with constant c_k, or None if not affine."""
     coefficients = [sympy.diff(expr, v) for v in variables]
-    if any(c.free_symbols & set(variables) or c.has(sympy.Derivative) for c in coefficients):
+    if any(
+        c.free_symbols & set(variables) or c.has(sympy.Derivative) for c in coefficients
+    ):
         return None
     offset = expr.subs({v: 0 for v in variables})
     if offset.free_symbols & set(variables):
@@ -137,7 +143,9 @@ class SimplifiedLoop:
                 if dim == group[0]:
                     mapping[old[dim]] = FloorDiv(var, divisor)
                 else:
-                    mapping[old[dim]] = ModularIndexing(var, divisor, self.original_sizes[dim])
+                    mapping[old[dim]] = ModularIndexing(
+                        var, divisor, self.original_sizes[dim]
+                    )
                 divisor = divisor * self.original_sizes[dim]
         return mapping
 

@@ -66,6 +66,9 @@ def pow(a, b):
     magnitude = tl.exp2(b * tl.log2(tl.abs(a)))
     is_int = b == tl.floor(b)
     odd = is_int & ((b - 2.0 * tl.floor(b * 0.5)) == 1.0)
-    signed = tl.where(a < 0, tl.where(is_int, tl.where(odd, -magnitude, magnitude),
-                                      float("nan")), magnitude)
+    signed = tl.where(
+        a < 0,
+        tl.where(is_int, tl.where(odd, -magnitude, magnitude), float("nan")),
+        magnitude,
+    )
     return tl.where((b == 0) | (a == 1), 1.0, signed)

@@ -54,7 +54,11 @@ def codegen_arg(a: Any) -> str:
         return a.name
     if isinstance(a, (list, tuple)):
         inner = ", ".join(codegen_arg(x) for x in a)
-        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        return (
+            f"[{inner}]"
+            if isinstance(a, list)
+            else f"({inner}{',' if len(a) == 1 else ''})"
+        )
     if isinstance(a, (torch.dtype, torch.layout, torch.memory_format)):
         return str(a) if str(a).startswith("torch.") else f"torch.{a}"
     if isinstance(a, torch.device):
@@ -93,9 +97,10 @@ class MultiOutputLine:
 
     def codegen(self) -> str:
         n = self.node
+        size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
         return (
             f"{n.name} = {n.parent.name}[{n.index}]\n"
-            f"assert_size_stride({n.name}, {_tuple(n.layout.size)}, {_tuple(n.layout.stride)})"
+            f"assert_size_stride({n.name}, {size}, {stride})"
         )
 
     def uses(self) -> tuple[str, ...]:
@@ -140,7 +145,9 @@ class WrapperCodeGen:
                 self.kernels[kernel.source] = name
             for member in node.snodes:
                 if member.get_name() not in removed:
-                    self.lines.append(AllocateLine(member.get_name(), member.node.layout))
+                    self.lines.append(
+                        AllocateLine(member.get_name(), member.node.layout)
+                    )
             self.lines.append(KernelCallLine(name, kernel))
         self.plan_frees()
 
@@ -181,7 +188,11 @@ class WrapperCodeGen:
         for source, name in self.kernels.items():
             out += ["", source.replace("KERNEL_NAME", name), ""]
         out += ["", *self.generate_call(), "", *self.generate_benchmark()]
-        out += ["", 'if __name__ == "__main__":', "    print(benchmark_compiled_module())"]
+        out += [
+            "",
+            'if __name__ == "__main__":',
+            "    print(benchmark_compiled_module())",
+        ]
         return "\n".join(out) + "\n"
 
     def generate_call(self) -> list[str]:
@@ -192,7 +203,9 @@ class WrapperCodeGen:
         body += ["args.clear()"]
         for line in self.lines:
             body += line.codegen().splitlines()
-        outputs = [b.name if b is not None else "None" for b in self.graph.graph_outputs]
+        outputs = [
+            b.name if b is not None else "None" for b in self.graph.graph_outputs
+        ]
         body += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
         return ["def call(args):"] + ["    " + line for line in body]
 
@@ -209,7 +222,9 @@ class WrapperCodeGen:
             else:
                 body.append(f"{name} = {value!r}")
         inputs = ", ".join(self.graph.graph_input_names)
-        body.append(f"return benchmark(lambda: call([{inputs}]), times=times, repeat=repeat)")
+        body.append(
+            f"return benchmark(lambda: call([{inputs}]), times=times, repeat=repeat)"
+        )
         return ["def benchmark_compiled_module(times=10, repeat=10):"] + [
             "    " + line for line in body
         ]
