@@ -38,7 +38,7 @@ def cases():
     r = lambda *s, dtype=torch.float32: torch.randn(*s, device="cuda", dtype=dtype)  # noqa: E731
     rows, cols = 4096, N // 4096
     yield "a*b+c", add_mul, [r(N), r(N), r(N)], 4
-    yield "a*b+c (fp16)", add_mul, [r(N, dtype=torch.float16)] * 3, 4
+    yield "a*b+c (fp16)", add_mul, [r(N, dtype=torch.float16) for _ in range(3)], 4
     yield "gelu(x+bias)*0.5+x", gelu_residual, [r(rows, cols), r(cols)], 2
     yield "10-op chain", chain10, [r(N)], 2
     yield "two outputs", two_outputs, [r(N), r(N)], 4
