@@ -1,0 +1,311 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# generated from exercises/solutions/ex02_can_fuse.py by tools/make_stubs.py;
+# replace each NotImplementedError with your code.
+
+# %% [markdown]
+# # Exercise 2: write a fusion rule
+#
+# **You will:** add a rule to the scheduler's `can_fuse` that refuses a fusion when
+# the fused kernel would read and write too many distinct buffers, register it with
+# `register_fusion_rule`, and watch it split a kernel in two, with its reason in the
+# fusion log.
+#
+# **It builds on** chapter 7 (*The scheduler*): `SchedulerNode`,
+# `FusedSchedulerNode`, their `reads`/`writes`, `Scheduler.can_fuse`,
+# `register_fusion_rule`, `fusion_rules` and the fusion log; and chapter 1 for
+# `record_compiled` and `CompiledGraph.fusion_log`.
+#
+# ## Legality and profitability
+#
+# The scheduler asks two different questions about a pair of nodes, and keeps them
+# apart:
+#
+# * **`can_fuse`: may they share a kernel?** A veto, with a reason. The built-in rules
+#   are about correctness: one iteration space, a consumer reading its producer at
+#   the index it was written, no cycle through a node left outside.
+# * **`score_fusion`: which fusion first?** An ordering of the legal pairs by the
+#   bytes they save, then by proximity. It never refuses anything.
+#
+# The rule you will write is a veto that is *not* about correctness: the fused
+# kernel would compute the same values. It is about what a kernel can hold. Every
+# buffer a kernel touches is a pointer argument and a stream of loads or stores in
+# flight; a kernel that touches dozens of them runs short of registers (they spill
+# to slow memory) and its memory streams compete, so past some point two kernels are
+# faster than one. Inductor makes exactly this kind of refusal in its `can_fuse`
+# (`torch/_inductor/choices.py`, `InductorChoices.can_fuse`), whose docstring says
+# its heuristics are not needed for correctness: `config.max_fusion_size` (64 nodes)
+# and, when set, `config.max_fusion_unique_io_buffers`, which is the rule of this
+# exercise. It belongs with the vetoes rather than in the score because it is a hard
+# limit, not a preference: a fusion past it is not worth less, it is not worth doing.
+#
+# A rule is a function of the two candidate nodes that returns `None` (no
+# objection) or a string, the reason to refuse. `can_fuse` calls the registered
+# rules after its checks of devices, loops and indices (so neither node is an extern
+# kernel) and before the cycle check, and the scheduler writes the reason into its
+# fusion log: `cannot fuse buf0 with buf1: <reason>`.
+
+# %% [markdown]
+# ## Setup
+#
+# `import minductor` comes first: without a GPU, it switches on Triton's interpreter
+# before Triton is imported.
+
+# %%
+import contextlib
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+from minductor.capture import record_compiled
+from minductor.config import config
+from minductor.lowering import GraphLowering
+from minductor.scheduler import (
+    FusedSchedulerNode,
+    SchedulerNode,
+    fusion_rules,
+    register_fusion_rule,
+)
+
+
+def compile_once(fn, *args):
+    """Compile `fn` afresh with minductor, run it once; return (result, graph)."""
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*args)
+    (graph,) = graphs
+    return out, graph
+
+
+@contextlib.contextmanager
+def using_rule(rule):
+    """Register a fusion rule for the duration of a block."""
+    register_fusion_rule(rule)
+    try:
+        yield rule
+    finally:
+        fusion_rules.remove(rule)
+
+
+# %% [markdown]
+# Here is the function the checks compile. It returns three values computed from
+# one input, so lowering realizes three buffers; the scheduler then fuses them
+# *horizontally* (they share their input `x`) into a single kernel that reads `x`
+# once and writes three outputs. The fusion log shows two fusions, first a pair,
+# then the pair with the third node:
+
+
+# %%
+def three_outputs(x):
+    return x + 1, x * 2, (x - 3).to(torch.float16)
+
+
+x = torch.randn(5, 7, 3)
+_, graph = compile_once(three_outputs, x)
+print(graph.kernel_names)
+print("\n".join(graph.fusion_log))
+
+# %% [markdown]
+# ## Part 1: which buffers would the fused kernel touch?
+#
+# Write `io_buffers(a, b)`: the names of the buffers that a kernel made of `a` and
+# `b` together would read from or write to memory. Each node knows what it reads
+# (`read_names()`) and writes (`get_names()`). The point is to count what the
+# *kernel* touches, not what each node touches:
+#
+# * a buffer both nodes read is one input: the kernel loads it once (CSE removes the
+#   second load, chapter 8);
+# * a buffer `a` writes and `b` reads is one output: `b` takes the value from a
+#   register (the store cache, chapter 8), it does not load it back.
+#
+# That second buffer is still counted, as a write, although its store may disappear
+# too: if no node outside the pair reads it and it is not a graph output, it never
+# reaches memory. The scheduler only settles that once fusion is over
+# (`removed_buffers`), so counting it makes the rule conservative: it may refuse a
+# fusion that would have fit, never allow one that does not.
+#
+# `a` and `b` can be `SchedulerNode`s or `FusedSchedulerNode`s; both have these
+# methods.
+
+
+# %%
+def io_buffers(a, b):
+    raise NotImplementedError("your code here")
+
+
+# %% [markdown]
+# ## Part 2: the rule
+#
+# Write `limit_io_buffers(limit)`, which returns a fusion rule: a function `rule(a, b)`
+# that returns `None` when the fused kernel would touch at most `limit` buffers, and
+# otherwise the reason, in exactly this form (the checks look for it in the log):
+#
+# ```
+# fused kernel would touch 4 buffers, more than max_fusion_unique_io_buffers=3
+# ```
+
+
+# %%
+def limit_io_buffers(limit):
+    def rule(a, b):
+        raise NotImplementedError("your code here")
+
+    return rule
+
+
+# %% [markdown]
+# ## Checks on scheduler nodes
+#
+# The first checks call your functions on scheduler nodes directly, built the way
+# chapter 7 builds them: lower a graph with `GraphLowering`, then make one
+# `SchedulerNode` per buffer, *before* any fusion. In `g`, `t` has two users, and
+# with `realize_opcount_threshold = 0` lowering realizes it, so there are three
+# buffers: `buf0 = t` (reads `x`, `y`), `buf1 = t + x` (reads `buf0`, `x`) and
+# `buf2 = t - y` (reads `buf0`, `y`).
+
+
+# %%
+def g(x, y):
+    t = x * y
+    return t + x, t - y
+
+
+def unfused_nodes():
+    x, y = torch.randn(9, 5), torch.randn(9, 5)
+    saved, config.realize_opcount_threshold = config.realize_opcount_threshold, 0
+    try:
+        graph = GraphLowering(make_fx(g)(x, y), [x, y]).lower()
+    finally:
+        config.realize_opcount_threshold = saved
+    nodes = [SchedulerNode.create(buf) for buf in graph.buffers]
+    assert [n.get_name() for n in nodes] == ["buf0", "buf1", "buf2"], nodes
+    order = {n.get_name(): k for k, n in enumerate(nodes)}
+    return graph.graph_input_names, nodes, order
+
+
+def test_io_buffers():
+    (x, y), (n0, n1, n2), order = unfused_nodes()
+    # producer and consumer: buf0 is handed over, x is read once
+    assert io_buffers(n0, n1) == {x, y, "buf0", "buf1"}
+    assert io_buffers(n1, n0) == {x, y, "buf0", "buf1"}
+    # two consumers of buf0: it is read from memory, once
+    assert io_buffers(n1, n2) == {x, y, "buf0", "buf1", "buf2"}
+    # a fused node with a third
+    fused = FusedSchedulerNode.fuse(n0, n1, order)
+    assert io_buffers(fused, n2) == {x, y, "buf0", "buf1", "buf2"}
+    assert io_buffers(n2, fused) == {x, y, "buf0", "buf1", "buf2"}
+
+
+def test_rule_on_nodes():
+    _, (n0, n1, n2), order = unfused_nodes()
+    fused = FusedSchedulerNode.fuse(n0, n1, order)
+    assert limit_io_buffers(4)(n0, n1) is None
+    assert limit_io_buffers(5)(fused, n2) is None
+    reason = limit_io_buffers(3)(n0, n1)
+    assert reason == (
+        "fused kernel would touch 4 buffers, more than max_fusion_unique_io_buffers=3"
+    ), reason
+    reason = limit_io_buffers(4)(fused, n2)
+    assert isinstance(reason, str) and "touch 5 buffers" in reason, reason
+
+
+# %% [markdown]
+# ## Checks through `torch.compile`
+#
+# Now the rule in the scheduler. With no rule, `three_outputs` is one kernel. Each
+# node alone touches two buffers (`x` and its output), a pair three, all three four.
+# So a limit of 3 lets the first pair fuse and refuses the third node (two
+# kernels); a limit of 2 refuses every pair (three kernels); a limit of 4 changes
+# nothing. Whatever the limit, the results are eager's.
+
+
+# %%
+def check_three_outputs(limit):
+    x = torch.randn(5, 7, 3)
+    x[0, 0, 0] = float("nan")
+    with using_rule(limit_io_buffers(limit)):
+        out, graph = compile_once(three_outputs, x)
+    for got, want in zip(out, three_outputs(x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert graph.fallbacks == [], graph.fallbacks
+    return graph
+
+
+def test_limit_3_splits_the_kernel():
+    _, graph = compile_once(three_outputs, torch.randn(5, 7, 3))
+    assert len(graph.kernel_names) == 1, graph.kernel_names  # without the rule
+
+    graph = check_three_outputs(3)
+    assert len(graph.kernel_names) == 2, graph.kernel_names
+    refused = [line for line in graph.fusion_log if line.startswith("cannot fuse")]
+    assert any(
+        line.endswith(
+            ": fused kernel would touch 4 buffers, "
+            "more than max_fusion_unique_io_buffers=3"
+        )
+        for line in refused
+    ), graph.fusion_log
+    assert sum(line.startswith("fuse ") for line in graph.fusion_log) == 1
+
+
+def test_limit_2_and_4():
+    graph = check_three_outputs(2)
+    assert len(graph.kernel_names) == 3, graph.kernel_names
+    assert not any(line.startswith("fuse ") for line in graph.fusion_log)
+
+    graph = check_three_outputs(4)
+    assert len(graph.kernel_names) == 1, graph.kernel_names
+    assert not any("cannot fuse" in line for line in graph.fusion_log)
+
+
+def test_vertical_fusion_counts_handed_over_buffers_once():
+    def h(x, y):
+        t = (x * y).exp().sin().cos() + x  # two users and heavy: realized
+        return t + 1, t * 2
+
+    x, y = torch.randn(6, 11), torch.randn(6, 11)
+    saved, config.realize_opcount_threshold = config.realize_opcount_threshold, 3
+    try:
+        # t (buf0), t + 1 (buf1), t * 2 (buf2): x, y and three outputs, 5 buffers
+        with using_rule(limit_io_buffers(5)):
+            out, graph = compile_once(h, x, y)
+    finally:
+        config.realize_opcount_threshold = saved
+    for got, want in zip(out, h(x, y)):
+        torch.testing.assert_close(got, want)
+    assert len(graph.kernel_names) == 1, (graph.kernel_names, graph.fusion_log)
+
+
+# %% [markdown]
+# ## Run the checks
+
+# %% tags=["raises-exception"]
+test_io_buffers()
+test_rule_on_nodes()
+test_limit_3_splits_the_kernel()
+test_limit_2_and_4()
+test_vertical_fusion_counts_handed_over_buffers_once()
+
+# %% [markdown]
+# ## Going further
+#
+# 1. Make the count exact: a buffer written by one node, read only by the other and
+#    not a graph output is never stored. What does the rule need to know that
+#    `rule(a, b)` does not receive? Compare `Scheduler._buffers_internal_to_kernels`.
+# 2. Add the other limit Inductor has, `max_fusion_size`: at most `N` scheduler nodes
+#    in one kernel (`len(a.snodes) + len(b.snodes)`). Find a graph where it and the
+#    buffer limit disagree.
+# 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 7
+#    would it go instead, and what would it return?
