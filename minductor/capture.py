@@ -46,7 +46,8 @@ def record_compiled() -> Iterator[list[CompiledGraph]]:
     try:
         yield found
     finally:
-        _observers.remove(found)
+        # by identity: two recorders holding equal lists must not remove each other
+        _observers[:] = [o for o in _observers if o is not found]
 
 
 def _eager(gm: torch.fx.GraphModule, why: str) -> Callable:

@@ -37,6 +37,7 @@ class TritonOverrides:
     floordiv = staticmethod(lambda a, b: f"helpers.floordiv({a}, {b})")
     truncdiv = staticmethod(lambda a, b: f"{a} // {b}")  # C semantics on ints
     remainder = staticmethod(lambda a, b: f"helpers.remainder({a}, {b})")
+    fmod = staticmethod(lambda a, b: f"{a} % {b}")  # C's fmod on floats
     maximum = staticmethod(lambda a, b: f"helpers.maximum({a}, {b})")
     minimum = staticmethod(lambda a, b: f"helpers.minimum({a}, {b})")
     pow = staticmethod(lambda a, b: f"libdevice.pow({a}, {b})")

@@ -40,7 +40,14 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
 
 @register_decomposition(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(start, end, weight):
-    return start + weight * (end - start)
+    # two formulas, as in eager: each is exact at its own end (weight 0 or weight 1)
+    diff = end - start
+    if isinstance(weight, torch.Tensor):
+        near_start = torch.abs(weight) < 0.5
+        return torch.where(near_start, start + weight * diff, end - diff * (1 - weight))
+    if abs(weight) < 0.5:
+        return start + weight * diff
+    return end - diff * (1 - weight)
 
 
 @register_decomposition(aten.hardtanh)
@@ -50,12 +57,13 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 
 @register_decomposition(aten.hardsigmoid)
 def hardsigmoid(x):
-    return torch.clamp(x / 6 + 0.5, 0.0, 1.0)
+    return torch.clamp(x + 3, 0.0, 6.0) / 6
 
 
 @register_decomposition(aten.hardswish)
 def hardswish(x):
-    return x * torch.clamp(x / 6 + 0.5, 0.0, 1.0)
+    # eager's formula, operation for operation (so hardswish(-inf) is nan, as in eager)
+    return x * torch.clamp(x + 3, 0.0, 6.0) / 6
 
 
 @register_decomposition(aten.leaky_relu)
@@ -65,7 +73,19 @@ def leaky_relu(x, negative_slope=0.01):
 
 @register_decomposition(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(self, other, alpha=1):
-    return other - alpha * self
+    # not `other - alpha * self`: with a Python number `other`, that is rsub again
+    return -(self * alpha) + other
+
+
+def _memory_order(x):
+    """x's dims from outermost to innermost in memory, or None if x is not dense."""
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    expected = 1
+    for d in reversed(order):
+        if x.shape[d] != 1 and x.stride(d) != expected:
+            return None
+        expected *= x.shape[d]
+    return order
 
 
 @register_decomposition(aten.full_like)
@@ -79,9 +99,15 @@ def full_like(
     pin_memory=None,
     memory_format=None,
 ):
-    return torch.full(
-        x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device
-    )
+    dtype, device = dtype or x.dtype, device or x.device
+    keep_strides = memory_format in (None, torch.preserve_format)
+    order = _memory_order(x)
+    if not keep_strides or x.is_contiguous() or order is None:
+        return torch.full(x.shape, fill_value, dtype=dtype, device=device)
+    # same strides as x: fill in x's memory order, then permute back (a view)
+    shape = [x.shape[d] for d in order]
+    filled = torch.full(shape, fill_value, dtype=dtype, device=device)
+    return filled.permute([order.index(d) for d in range(x.dim())])
 
 
 @register_decomposition(aten.zeros_like)

@@ -198,18 +198,23 @@ def _is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
+def _with_alpha(op: Callable, a, b, alpha) -> TensorBox:
+    if alpha == 1:
+        return pointwise(op, [a, b])
+    dtypes = promote([a, b], Kind.DEFAULT)  # alpha does not take part in promotion
+    if dtypes[0] == torch.bool:
+        raise Unsupported("alpha with bool operands")
+    return pointwise(lambda x, y, k: op(x, ops.mul(y, k)), [a, b, alpha], dtypes=dtypes)
+
+
 @register_lowering(aten.add)
 def add(a, b, *, alpha=1):
-    if alpha == 1:
-        return pointwise(ops.add, [a, b])
-    return pointwise(lambda x, y, k: ops.add(x, ops.mul(y, k)), [a, b, alpha])
+    return _with_alpha(ops.add, a, b, alpha)
 
 
 @register_lowering(aten.sub)
 def sub(a, b, *, alpha=1):
-    if alpha == 1:
-        return pointwise(ops.sub, [a, b])
-    return pointwise(lambda x, y, k: ops.sub(x, ops.mul(y, k)), [a, b, alpha])
+    return _with_alpha(ops.sub, a, b, alpha)
 
 
 @register_lowering(aten.div)
@@ -219,7 +224,7 @@ def div(a, b, *, rounding_mode=None):
     compute, _ = promote([a, b], Kind.DEFAULT)
     if rounding_mode == "floor":
         if _is_float(compute):
-            return pointwise(lambda x, y: ops.floor(ops.truediv(x, y)), [a, b])
+            return pointwise(lambda x, y: _float_floordiv(x, y, compute), [a, b])
         return pointwise(ops.floordiv, [a, b])
     if _is_float(compute):
 
@@ -232,6 +237,35 @@ def div(a, b, *, rounding_mode=None):
     return pointwise(ops.truncdiv, [a, b])
 
 
+def _signs_differ(mod, y, compute):
+    zero = ops.constant(0, compute)
+    return ops.logical_and(
+        ops.ne(mod, zero), ops.ne(ops.lt(y, zero), ops.lt(mod, zero))
+    )
+
+
+def _float_remainder(x, y, compute):
+    # start from the exact fmod, then move it into the divisor's sign
+    mod = ops.fmod(x, y)
+    return ops.where(_signs_differ(mod, y, compute), ops.add(mod, y), mod)
+
+
+def _float_floordiv(x, y, compute):
+    # eager's algorithm: divide the exact multiple (x - fmod(x, y)), then round the
+    # quotient to the nearest integer, so 1.0 // 0.1 is 9.0 as in Python
+    def c(value):
+        return ops.constant(value, compute)
+
+    mod = ops.fmod(x, y)
+    div = ops.truediv(ops.sub(x, mod), y)
+    div = ops.where(_signs_differ(mod, y, compute), ops.sub(div, c(1)), div)
+    floor = ops.floor(div)
+    floor = ops.where(ops.gt(ops.sub(div, floor), c(0.5)), ops.add(floor, c(1)), floor)
+    signed_zero = ops.mul(c(0), ops.truediv(x, y))
+    result = ops.where(ops.ne(div, c(0)), floor, signed_zero)
+    return ops.where(ops.eq(y, c(0)), ops.truediv(x, y), result)
+
+
 @register_lowering(aten.floor_divide)
 def floor_divide(a, b):
     return div(a, b, rounding_mode="floor")
@@ -241,11 +275,7 @@ def floor_divide(a, b):
 def remainder(a, b):
     compute, _ = promote([a, b], Kind.DEFAULT)
     if _is_float(compute):
-
-        def float_remainder(x, y):
-            return ops.sub(x, ops.mul(ops.floor(ops.truediv(x, y)), y))
-
-        return pointwise(float_remainder, [a, b])
+        return pointwise(lambda x, y: _float_remainder(x, y, compute), [a, b])
     return pointwise(ops.remainder, [a, b])
 
 
@@ -395,6 +425,9 @@ def _int_power(v: Any, n: int, compute: torch.dtype) -> Any:
 
 @register_lowering(aten.pow)
 def pow(base, exponent):
+    values = [v for v in (base, exponent) if isinstance(v, TensorBox)]
+    if all(v.get_dtype() == torch.bool for v in values):
+        raise Unsupported("pow of booleans")  # eager keeps bool; promotion says int64
     if isinstance(exponent, (int, float)) and isinstance(base, TensorBox):
         compute, result = promote([base, exponent], Kind.BOOL_TO_LONG)
         if float(exponent).is_integer() and abs(exponent) <= 4:

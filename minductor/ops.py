@@ -26,6 +26,7 @@ MATH_OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     "floordiv": (2, _floordiv),
     "truncdiv": (2, _truncdiv),
     "remainder": (2, torch.remainder),
+    "fmod": (2, torch.fmod),
     "maximum": (2, torch.maximum),
     "minimum": (2, torch.minimum),
     "pow": (2, torch.pow),

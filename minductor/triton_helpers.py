@@ -63,12 +63,17 @@ def sigmoid(x):
 
 @triton.jit
 def pow(a, b):
-    magnitude = tl.exp2(b * tl.log2(tl.abs(a)))
-    is_int = b == tl.floor(b)
-    odd = is_int & ((b - 2.0 * tl.floor(b * 0.5)) == 1.0)
-    signed = tl.where(
-        a < 0,
-        tl.where(is_int, tl.where(odd, -magnitude, magnitude), float("nan")),
-        magnitude,
-    )
-    return tl.where((b == 0) | (a == 1), 1.0, signed)
+    # in float64, so that exp2(b * log2|a|) keeps float32 accuracy for large results
+    x = a.to(tl.float64)
+    y = b.to(tl.float64)
+    magnitude = tl.exp2(y * tl.log2(tl.abs(x)))
+    is_int = y == tl.floor(y)
+    half = y * 0.5
+    odd = is_int & (tl.abs(y) < 9007199254740992.0) & (half != tl.floor(half))
+    negative = (x < 0) | ((x == 0) & (1.0 / x < 0))  # -0.0 counts as negative
+    result = tl.where(negative & odd, -magnitude, magnitude)
+    finite_negative = (x < 0) & (x > -float("inf"))
+    result = tl.where(finite_negative & (y != tl.floor(y)), float("nan"), result)
+    result = tl.where((tl.abs(x) == 1.0) & (tl.abs(y) == float("inf")), 1.0, result)
+    result = tl.where((y == 0) | (x == 1), 1.0, result)
+    return result.to(a.dtype)

@@ -34,6 +34,9 @@ class AllocateLine:
     def uses(self) -> tuple[str, ...]:
         return ()
 
+    def defines(self) -> tuple[str, ...]:
+        return (self.name,)
+
 
 @dataclass(frozen=True)
 class KernelCallLine:
@@ -47,6 +50,9 @@ class KernelCallLine:
 
     def uses(self) -> tuple[str, ...]:
         return self.kernel.call_args
+
+    def defines(self) -> tuple[str, ...]:
+        return ()
 
 
 def codegen_arg(a: Any) -> str:
@@ -90,6 +96,9 @@ class ExternCallLine:
     def uses(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.node.input_buffers())
 
+    def defines(self) -> tuple[str, ...]:
+        return (self.node.name,)
+
 
 @dataclass(frozen=True)
 class MultiOutputLine:
@@ -106,6 +115,9 @@ class MultiOutputLine:
     def uses(self) -> tuple[str, ...]:
         return (self.node.parent.name,)
 
+    def defines(self) -> tuple[str, ...]:
+        return (self.node.name,)
+
 
 @dataclass(frozen=True)
 class FreeLine:
@@ -115,6 +127,9 @@ class FreeLine:
         return "del " + ", ".join(self.names)
 
     def uses(self) -> tuple[str, ...]:
+        return ()
+
+    def defines(self) -> tuple[str, ...]:
         return ()
 
 
@@ -156,8 +171,10 @@ class WrapperCodeGen:
         seen: set[str] = set(keep)
         planned: list[Line] = []
         for line in reversed(self.lines):
-            dying = tuple(n for n in dict.fromkeys(line.uses()) if n not in seen)
-            seen |= set(line.uses())
+            # a name dies at its last use, or where it is made if nothing uses it
+            candidates = dict.fromkeys(line.uses() + line.defines())
+            dying = tuple(n for n in candidates if n not in seen)
+            seen |= set(candidates)
             if dying:
                 planned.append(FreeLine(dying))
             planned.append(line)

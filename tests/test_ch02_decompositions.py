@@ -1,0 +1,267 @@
+"""Chapter 2: the decomposition table.
+
+Each of our decompositions is called directly on real tensors (including edge
+values) and compared with the ATen operator it replaces; tracing with the table
+must remove the operator from the graph.
+"""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor.decompositions import (
+    _BORROWED,
+    decomposition_table,
+    decompositions,
+    register_decomposition,
+)
+
+pytestmark = pytest.mark.ch02
+
+aten = torch.ops.aten
+inf, nan = float("inf"), float("nan")
+
+EDGES = torch.tensor(
+    [
+        -inf,
+        -100.0,
+        -20.0,
+        -6.0,
+        -3.0,
+        -1.0,
+        -0.5,
+        -1e-8,
+        -0.0,
+        0.0,
+        1e-8,
+        0.5,
+        1.0,
+        2.9999998,
+        3.0,
+        6.0,
+        20.0,
+        100.0,
+        inf,
+        nan,
+    ]
+)
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def mixed():
+    """Random values followed by the edge values."""
+    return torch.cat([rand(30), EDGES])
+
+
+# overload -> list of (args, kwargs) to call it with
+CASES = {
+    aten.addcmul.default: [
+        ((rand(4, 5), rand(4, 5, seed=1), rand(5, seed=2)), {}),
+        ((rand(4, 5), rand(4, 5, seed=1), rand(4, 5, seed=2)), {"value": 0.5}),
+        ((rand(3).int(), rand(3, seed=1).int(), rand(3, seed=2).int()), {"value": 3}),
+    ],
+    aten.addcdiv.default: [
+        ((rand(4, 5), rand(4, 5, seed=1), rand(4, 5, seed=2) + 10), {}),
+        (
+            (rand(6), rand(6, seed=1), torch.tensor([0.0, -0.0, 1.0, inf, 2.0, 3.0])),
+            {"value": -2.5},
+        ),
+    ],
+    aten.lerp.Scalar: [
+        ((rand(7), rand(7, seed=1), 0.3), {}),
+        ((rand(7), rand(7, seed=1), 0.0), {}),
+        ((rand(2, 3), rand(3, seed=1), -1.5), {}),
+    ],
+    aten.lerp.Tensor: [
+        ((rand(7), rand(7, seed=1), torch.rand(7)), {}),
+        ((rand(2, 3), rand(3, seed=1), torch.rand(2, 1)), {}),
+    ],
+    aten.hardtanh.default: [((mixed(),), {}), ((mixed(), -2.0, 0.5), {})],
+    aten.hardsigmoid.default: [((mixed(),), {})],
+    aten.hardswish.default: [((mixed()[1:],), {})],  # -inf: see the xfail below
+    aten.leaky_relu.default: [
+        ((mixed(),), {}),
+        ((mixed(), 0.2), {}),
+        ((mixed(), -1.5), {}),
+    ],
+    aten.rsub.Tensor: [
+        ((rand(4), rand(4, seed=1)), {}),
+        ((rand(4), rand(4, seed=1)), {"alpha": 2.5}),
+        ((rand(4).int(), rand(4, seed=1).int()), {"alpha": 3}),
+    ],
+    aten.rsub.Scalar: [],  # see test_rsub_scalar_decomposes
+    aten.full_like.default: [
+        ((rand(2, 3), 7.5), {}),
+        ((rand(2, 3).int(), 2.9), {}),
+        ((rand(2, 3), 1), {"dtype": torch.float64}),
+        ((rand(4), inf), {"dtype": torch.float16}),
+        ((rand(2, 0), 1.0), {}),
+    ],
+    aten.zeros_like.default: [
+        ((rand(2, 3),), {}),
+        ((rand(5),), {"dtype": torch.int32}),
+    ],
+    aten.ones_like.default: [((rand(2, 3),), {}), ((rand(5),), {"dtype": torch.bool})],
+    aten.softplus.default: [
+        ((mixed(),), {}),
+        ((mixed(), 2, 5), {}),  # beta * x > threshold: x itself
+        ((mixed(), 0.5, 1), {}),
+        ((torch.tensor([9.99, 10.0, 10.01, 1e4, -1e4]), 2, 20), {}),
+    ],
+}
+
+
+def test_every_registration_has_cases():
+    registered = {op for op in decompositions if op._overloadname != "out"}
+    assert registered == set(CASES)
+    assert all(op in decompositions for op in CASES)
+
+
+@pytest.mark.parametrize("op", [op for op, cases in CASES.items() if cases], ids=str)
+def test_decomposition_matches_eager(op):
+    fn = decompositions[op]
+    for args, kwargs in CASES[op]:
+        expected = op(*args, **kwargs)
+        got = fn(*args, **kwargs)
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (
+            args,
+            kwargs,
+        )
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_softplus_switches_to_x_above_the_threshold():
+    x = torch.tensor([25.0, 50.0, 1e30, inf])
+    torch.testing.assert_close(decompositions[aten.softplus.default](x), x)
+    large = torch.tensor([89.0, 200.0])  # exp(x) overflows float32 here...
+    assert torch.equal(decompositions[aten.softplus.default](large), large)  # ...unused
+    got = decompositions[aten.softplus.default](large, 1, 1000)  # threshold too high
+    assert torch.isinf(got).all()  # as in eager
+    torch.testing.assert_close(got, aten.softplus.default(large, 1, 1000))
+
+
+def test_softplus_is_accurate_for_very_negative_inputs():
+    x = torch.tensor([-30.0, -50.0, -80.0])
+    got = decompositions[aten.softplus.default](x)
+    torch.testing.assert_close(got, torch.exp(x), rtol=1e-6, atol=0)  # log1p keeps it
+    assert (got > 0).all()
+
+
+def test_rsub_scalar_decomposes():
+    x = rand(4)
+    gm = make_fx(
+        lambda x: (torch.rsub(x, 2.0, alpha=3),),
+        decomposition_table=decomposition_table(),
+    )(x)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert aten.rsub.Scalar not in targets
+    torch.testing.assert_close(gm(x)[0], 2.0 - 3 * x)
+
+
+def test_lerp_reaches_end_at_weight_one():
+    start, end = torch.tensor([1e8, -3e7]), torch.tensor([1.0, 0.25])
+    torch.testing.assert_close(decompositions[aten.lerp.Scalar](start, end, 1.0), end)
+
+
+def test_hardswish_of_minus_infinity():
+    # eager's CPU kernel is inconsistent at -inf: its vectorized loop computes
+    # x * clamp(x + 3, 0, 6) / 6 = nan, its scalar tail gives -0.0 (a 2-element
+    # tensor). We follow the vectorized formula, which is also what runs on CUDA.
+    x = torch.tensor([-inf] + [-10.0] * 63)
+    torch.testing.assert_close(
+        decompositions[aten.hardswish.default](x), aten.hardswish.default(x),
+        equal_nan=True,
+    )
+    assert torch.isnan(decompositions[aten.hardswish.default](x)[0])
+
+
+def test_full_like_preserves_strides():
+    x = rand(3, 4).t()
+    for op, args in (
+        (aten.full_like.default, (x, 1.0)),
+        (aten.zeros_like.default, (x,)),
+        (aten.ones_like.default, (x,)),
+    ):
+        assert decompositions[op](*args).stride() == op(*args).stride()
+
+
+# --- the table ------------------------------------------------------------------------
+
+
+def test_register_decomposition_covers_every_overload_of_a_packet():
+    for name in aten.addcmul.overloads():
+        assert (
+            decompositions[getattr(aten.addcmul, name)]
+            is decompositions[aten.addcmul.default]
+        )
+    assert aten.lerp.Scalar in decompositions and aten.lerp.Tensor in decompositions
+
+
+def test_table_has_ours_and_the_borrowed_ones():
+    table = decomposition_table()
+    for op, fn in decompositions.items():
+        assert table[op] is fn
+    for packet in _BORROWED:
+        assert packet.default in table, packet
+    assert aten.sin.default not in table  # nothing beyond what we asked for
+
+
+def test_ours_override_borrowed_ones():
+    def my_elu(x, alpha=1, scale=1, input_scale=1):
+        return x
+
+    before = decomposition_table()[aten.elu.default]
+    register_decomposition(aten.elu.default)(my_elu)
+    try:
+        assert decomposition_table()[aten.elu.default] is my_elu
+    finally:
+        del decompositions[aten.elu.default]
+    assert decomposition_table()[aten.elu.default] is before
+
+
+def test_table_is_a_fresh_dict_each_time():
+    first = decomposition_table()
+    first[aten.sin.default] = None
+    assert aten.sin.default not in decomposition_table()
+
+
+# --- tracing with the table removes the op --------------------------------------------
+
+F = torch.nn.functional
+TRACED = {
+    aten.addcmul.default: lambda x, a, b: torch.addcmul(x, a, b, value=0.5),
+    aten.addcdiv.default: lambda x, a, b: torch.addcdiv(x, a, b, value=0.5),
+    aten.lerp.Scalar: lambda x, a, b: torch.lerp(x, a, 0.3),
+    aten.lerp.Tensor: lambda x, a, b: torch.lerp(x, a, b),
+    aten.hardtanh.default: lambda x, a, b: F.hardtanh(x),
+    aten.hardsigmoid.default: lambda x, a, b: F.hardsigmoid(x),
+    aten.hardswish.default: lambda x, a, b: F.hardswish(x),
+    aten.leaky_relu.default: lambda x, a, b: F.leaky_relu(x, 0.2),
+    aten.rsub.Tensor: lambda x, a, b: torch.rsub(x, a, alpha=2),
+    aten.full_like.default: lambda x, a, b: torch.full_like(x, 3.0),
+    aten.zeros_like.default: lambda x, a, b: torch.zeros_like(x, dtype=torch.int32),
+    aten.ones_like.default: lambda x, a, b: torch.ones_like(x),
+    aten.softplus.default: lambda x, a, b: F.softplus(x, beta=2, threshold=5),
+    aten.elu.default: lambda x, a, b: F.elu(x),  # borrowed
+    aten.mish.default: lambda x, a, b: F.mish(x),  # borrowed
+}
+
+
+def _targets(fn, table, args):
+    gm = make_fx(fn, decomposition_table=table)(*args)
+    return gm, {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+
+@pytest.mark.parametrize("op", list(TRACED), ids=str)
+def test_tracing_with_the_table_removes_the_op(op):
+    fn = TRACED[op]
+    args = [rand(6), rand(6, seed=1), torch.rand(6)]
+    _, without = _targets(fn, {}, args)
+    assert op in without  # the op is there to begin with...
+    gm, with_table = _targets(fn, decomposition_table(), args)
+    assert op not in with_table  # ...and gone after decomposing
+    assert all(str(t).startswith("aten.") for t in with_table)
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-6, atol=1e-6)

@@ -1,0 +1,368 @@
+"""Chapter 9: the generated module, its `call`, its memory lines and its benchmark.
+
+The modules are generated from make_fx graphs, loaded with the runtime, run on CPU
+tensors in Triton's interpreter and compared with eager.
+"""
+
+import math
+import re
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor.config import config
+from minductor.ir import FixedLayout, InputBuffer
+from minductor.lowering import GraphLowering
+from minductor.runtime import interpret_mode, load_module
+from minductor.scheduler import Scheduler
+from minductor.wrapper import (
+    AllocateLine,
+    ExternCallLine,
+    FreeLine,
+    KernelCallLine,
+    MultiOutputLine,
+    WrapperCodeGen,
+    codegen_arg,
+    codegen_op,
+)
+
+pytestmark = pytest.mark.ch09
+
+cpu = torch.device("cpu")
+# generated modules run on CPU tensors in the interpreter, or on a GPU
+INTERPRET = interpret_mode()
+DEVICE = torch.device("cpu") if INTERPRET else torch.device("cuda", 0)
+
+
+def randn(*shape):
+    return torch.randn(*shape, device=DEVICE)
+
+
+inf, nan = float("inf"), float("nan")
+
+
+def generate(fn, *args):
+    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+    wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=INTERPRET)
+    return wrapper, wrapper.generate()
+
+
+def call_body(source):
+    start = source.index("def call(args):")
+    end = source.index("\n\n", start)
+    return [line.strip() for line in source[start:end].splitlines()[1:]]
+
+
+def run(source, *args):
+    return load_module(source).call(list(args))
+
+
+def check_against_eager(fn, *args):
+    wrapper, source = generate(fn, *args)
+    outs = run(source, *args)
+    for got, expected in zip(outs, fn(*args), strict=True):
+        torch.testing.assert_close(got, expected)
+    return wrapper, source
+
+
+NAME = r"[A-Za-z_]\w*"
+
+
+def uses(line):
+    """The names a line of `call` reads (after its `=` for an assignment)."""
+    if line.startswith("del "):
+        return set()
+    rhs = (
+        line.split(" = ", 1)[1] if re.match(rf"^{NAME}(, {NAME})*,? = ", line) else line
+    )
+    rhs = re.sub(r"'[^']*'", "", rhs)  # device strings
+    return set(re.findall(NAME, rhs))
+
+
+def defines(line):
+    match = re.match(rf"^({NAME}(?:, {NAME})*),? = ", line)
+    return set(match.group(1).split(", ")) if match else set()
+
+
+def check_memory_lines(source, graph):
+    """Every `del` comes after the last use of each name it frees, never frees an
+    output, and no name is used after being freed."""
+    body = call_body(source)
+    outputs = {b.name for b in graph.graph_outputs if b is not None}
+    freed = set()
+    for k, line in enumerate(body):
+        assert not (uses(line) & freed), f"{line!r} uses a freed name"
+        if line.startswith("del "):
+            names = set(line[4:].split(", "))
+            assert not names & outputs, f"{line!r} frees an output"
+            later = set().union(*(uses(rest) for rest in body[k + 1 :]))
+            assert not names & later, f"{line!r} frees a name used later"
+            freed |= names
+    return body, freed
+
+
+# --- the shape of the module ----------------------------------------------------------
+
+
+def _two_outputs_and_a_fallback(x, y):
+    a = torch.relu(x * y + 1)
+    return torch.cumsum(a, dim=1) * 2, a.exp()
+
+
+def test_module_layout():
+    x, y = randn(5, 7), randn(5, 7)
+    wrapper, source = check_against_eager(_two_outputs_and_a_fallback, x, y)
+    for line in (
+        "import torch",
+        "import triton",
+        "import triton.language as tl",
+        "from minductor import triton_helpers as helpers",
+        "def call(args):",
+        "def benchmark_compiled_module(times=10, repeat=10):",
+        'if __name__ == "__main__":',
+    ):
+        assert line in source.splitlines()
+    for name in wrapper.kernels.values():
+        assert f"@triton.jit\ndef {name}(" in source
+    assert (
+        source.index("@triton.jit")
+        < source.index("def call(")
+        < source.index("def benchmark_compiled_module(")
+    )
+
+
+def test_call_unpacks_and_clears_its_arguments():
+    x, y = randn(5, 7), randn(5, 7)
+    _, source = generate(_two_outputs_and_a_fallback, x, y)
+    body = call_body(source)
+    assert body[:2] == ["x_1, y_1 = args", "args.clear()"]
+    args = [x, y]
+    load_module(source).call(args)
+    assert args == []  # the boxed convention: call owns its inputs
+
+
+def test_single_input_unpacks_with_a_trailing_comma():
+    _, source = generate(lambda x: (x + 1,), randn(3))
+    assert call_body(source)[0] == "x_1, = args"
+    assert call_body(source)[-1] == "return (buf0,)"
+
+
+def test_memory_lines_free_after_last_use_and_never_outputs():
+    x, y = randn(5, 7), randn(5, 7)
+    wrapper, source = check_against_eager(_two_outputs_and_a_fallback, x, y)
+    body, freed = check_memory_lines(source, wrapper.graph)
+    assert freed == {"x_1", "y_1", "buf0", "buf1"}
+    assert body[-1] == "return (buf2, buf3)"
+    # the inputs die right after the first kernel, their last reader
+    first_launch = next(k for k, line in enumerate(body) if line.startswith("launch("))
+    assert body[first_launch + 1] == "del x_1, y_1"
+
+
+def test_unused_input_is_freed_first_and_returned_input_is_kept():
+    x, y, unused = randn(4, 5), randn(3), randn(2)
+    wrapper, source = check_against_eager(
+        lambda x, y, unused: (x.sin() + 1, y), x, y, unused
+    )
+    body, freed = check_memory_lines(source, wrapper.graph)
+    assert body[2] == "del unused_1"
+    assert "y_1" not in freed
+    assert body[-1] == "return (buf0, y_1)"
+
+
+def test_every_intermediate_is_freed():
+    x = randn(4, 5)
+    wrapper, source = check_against_eager(lambda x: (torch.max(x, 1)[0] + 1,), x)
+    body, freed = check_memory_lines(source, wrapper.graph)
+    defined = set().union(*(defines(line) for line in body)) - {"x_1"}
+    outputs = {b.name for b in wrapper.graph.graph_outputs}
+    assert defined - outputs <= freed, f"never freed: {defined - outputs - freed}"
+
+
+def test_fallback_result_is_checked_with_assert_size_stride():
+    x = randn(5, 7)
+    wrapper, source = check_against_eager(lambda x: (x.t() * 2, torch.cumsum(x, 0)), x)
+    body = call_body(source)
+    t_line = next(k for k, line in enumerate(body) if "aten.t.default(x_1)" in line)
+    assert (
+        body[t_line + 1] == f"assert_size_stride({body[t_line].split(' =')[0]}, "
+        "(7, 5), (1, 7))"
+    )
+    assert sum(line.startswith("assert_size_stride(") for line in body) == 2
+
+
+def test_multi_output_lines_index_their_parent():
+    x = randn(4, 5)
+    _, source = check_against_eager(lambda x: tuple(torch.max(x, 1)), x)
+    body = call_body(source)
+    assert "buf0 = aten.max.dim(x_1, 1)" in body
+    assert "buf1 = buf0[0]" in body and "buf2 = buf0[1]" in body
+    assert "assert_size_stride(buf2, (4,), (1,))" in body
+    assert body.index("del buf0") > body.index("buf2 = buf0[1]")
+
+
+def test_fallback_keyword_arguments_are_rendered():
+    x = randn(4, 5)
+    _, source = check_against_eager(
+        lambda x: (torch.cumsum(x, 1, dtype=torch.float64) + 1,), x
+    )
+    assert "buf0 = aten.cumsum.default(x_1, 1, dtype=torch.float64)" in call_body(
+        source
+    )
+
+
+def test_removed_buffer_is_not_allocated():
+    saved = config.realize_opcount_threshold
+    config.realize_opcount_threshold = 3
+    try:
+
+        def f(x, y):
+            t = (x * y).exp().sin().cos() + x
+            return t + 1, t * 2
+
+        wrapper, source = check_against_eager(f, randn(5, 7), randn(5, 7))
+    finally:
+        config.realize_opcount_threshold = saved
+    body = call_body(source)
+    assert "buf0" not in " ".join(body)
+    assert sum(line.startswith("launch(") for line in body) == 1
+    assert [type(line) for line in wrapper.lines] == [
+        AllocateLine,
+        AllocateLine,
+        KernelCallLine,
+        FreeLine,
+    ]
+
+
+def test_kernel_launch_line():
+    a, b, c = (randn(33, 65) for _ in range(3))
+    _, source = check_against_eager(lambda a, b, c: (a * b + c,), a, b, c)
+    body = call_body(source)
+    assert (
+        body[2] == f"buf0 = empty_strided((33, 65), (65, 1), device='{DEVICE}', "
+        "dtype=torch.float32)"
+    )
+    assert (
+        body[3] == "launch(triton_poi_fused_add_mul_0, 2145, a_1, b_1, c_1, buf0, "
+        "XBLOCK=1024, num_warps=4)"
+    )
+
+
+# --- deduplication --------------------------------------------------------------------
+
+
+def test_identical_kernels_are_defined_once_and_launched_twice():
+    def f(x):
+        a = x.sin()
+        b = torch.cumsum(a, 0)
+        return (b.sin(),)
+
+    x = randn(5, 6)
+    wrapper, source = check_against_eager(f, x)
+    assert list(wrapper.kernels.values()) == ["triton_poi_fused_sin_0"]
+    assert source.count("@triton.jit") == 1
+    launches = [line for line in call_body(source) if line.startswith("launch(")]
+    assert launches == [
+        "launch(triton_poi_fused_sin_0, 30, x_1, buf0, XBLOCK=32, num_warps=1)",
+        "launch(triton_poi_fused_sin_0, 30, buf1, buf2, XBLOCK=32, num_warps=1)",
+    ]
+
+
+def test_different_kernels_are_numbered_in_order():
+    x = randn(5, 6)
+    wrapper, source = check_against_eager(
+        lambda x: (torch.cumsum(x.sin(), 0).cos() + 1,), x
+    )
+    assert list(wrapper.kernels.values()) == [
+        "triton_poi_fused_sin_0",
+        "triton_poi_fused_add_cos_1",
+    ]
+
+
+# --- the benchmark harness ------------------------------------------------------------
+
+
+def test_benchmark_compiled_module_runs():
+    x, y = randn(5, 7), randn(5, 7)
+    _, source = generate(_two_outputs_and_a_fallback, x, y)
+    module = load_module(source)
+    ms = module.benchmark_compiled_module(times=1, repeat=1)
+    assert isinstance(ms, float) and ms > 0
+    bench = source[source.index("def benchmark_compiled_module") :]
+    assert (
+        f"x_1 = rand_strided((5, 7), (7, 1), device='{DEVICE}', dtype=torch.float32)"
+        in bench
+    )
+
+
+def test_benchmark_inputs_keep_strides_and_scalars():
+    x = randn(6, 4).t()
+    graph = GraphLowering(make_fx(lambda x: (x * 2,))(x), [x]).lower()
+    source = WrapperCodeGen(graph, Scheduler(graph), interpret=INTERPRET).generate()
+    assert (
+        f"x_1 = rand_strided((4, 6), (1, 4), device='{DEVICE}', dtype=torch.float32)"
+        in source
+    )
+    assert load_module(source).benchmark_compiled_module(times=1, repeat=1) > 0
+
+
+# --- codegen_arg and codegen_op -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (torch.float32, "torch.float32"),
+        (torch.int64, "torch.int64"),
+        (torch.bool, "torch.bool"),
+        (torch.strided, "torch.strided"),
+        (torch.contiguous_format, "torch.contiguous_format"),
+        (torch.channels_last, "torch.channels_last"),
+        (torch.device("cpu"), "torch.device('cpu')"),
+        (torch.device("cuda", 1), "torch.device('cuda:1')"),
+        (inf, 'float("inf")'),
+        (-inf, 'float("-inf")'),
+        (1.5, "1.5"),
+        (3, "3"),
+        (True, "True"),
+        (None, "None"),
+        ("floor", "'floor'"),
+        ([1, 2], "[1, 2]"),
+        ((3,), "(3,)"),
+        ((), "()"),
+        ([(1, inf)], '[(1, float("inf"))]'),
+    ],
+    ids=repr,
+)
+def test_codegen_arg(value, text):
+    assert codegen_arg(value) == text
+    namespace = {"torch": torch}
+    evaluated = eval(text, namespace)
+    assert evaluated == value or repr(evaluated) == repr(value)
+
+
+def test_codegen_arg_of_nan_and_buffers():
+    assert codegen_arg(nan) == 'float("nan")'
+    assert math.isnan(eval(codegen_arg(nan)))
+    buf = InputBuffer("arg3_1", FixedLayout.contiguous(cpu, torch.float32, (2,)))
+    assert codegen_arg(buf) == "arg3_1"
+    assert codegen_arg([buf, (buf, 2)]) == "[arg3_1, (arg3_1, 2)]"
+
+
+def test_codegen_op():
+    assert codegen_op(torch.ops.aten.add.Tensor) == "aten.add.Tensor"
+    prim = torch.ops.prims.convert_element_type.default
+    assert codegen_op(prim) == "torch.ops.prims.convert_element_type.default"
+    assert eval(codegen_op(prim), {"torch": torch}) is prim
+
+
+def test_line_records_report_their_uses():
+    x = randn(4, 5)
+    wrapper, _ = generate(lambda x: tuple(torch.max(x, 1)), x)
+    extern, first, second = [
+        line
+        for line in wrapper.lines
+        if isinstance(line, (ExternCallLine, MultiOutputLine))
+    ]
+    assert extern.uses() == ("x_1",)
+    assert first.uses() == second.uses() == ("buf0",)

@@ -1,0 +1,266 @@
+"""Chapter 10: loading generated modules, launching kernels, the runtime helpers."""
+
+import os
+import uuid
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from minductor import runtime
+from minductor.config import config
+from minductor.runtime import (
+    assert_size_stride,
+    benchmark,
+    empty_strided,
+    interpret_mode,
+    launch,
+    load_module,
+    module_path,
+    rand_strided,
+)
+
+pytestmark = pytest.mark.ch10
+
+# real kernels run on CPU tensors in the interpreter, or on a GPU
+DEVICE = "cpu" if interpret_mode() else "cuda"
+
+
+def fresh_source(body="VALUE = 1"):
+    """A module text no other test (or earlier run) has loaded in this process."""
+    return f"# {uuid.uuid4().hex}\n{body}\n"
+
+
+# --- load_module ----------------------------------------------------------------------
+
+
+def test_load_module_writes_the_source_and_imports_it():
+    source = fresh_source("VALUE = 41 + 1")
+    module = load_module(source)
+    assert module.VALUE == 42
+    path = module_path(source)
+    assert module.__file__ == str(path)
+    assert path.read_text() == source
+    assert path.parent == type(path)(config.cache_dir)
+
+
+def test_same_source_gives_the_same_module_object():
+    source = fresh_source("import random\nTOKEN = random.random()")
+    first = load_module(source)
+    second = load_module(source)
+    assert first is second  # imported once: TOKEN is not re-drawn
+
+
+def test_different_source_gives_a_different_file_and_module():
+    a, b = fresh_source("VALUE = 'a'"), fresh_source("VALUE = 'b'")
+    assert module_path(a) != module_path(b)
+    ma, mb = load_module(a), load_module(b)
+    assert ma is not mb and (ma.VALUE, mb.VALUE) == ("a", "b")
+    assert ma.__file__ != mb.__file__
+
+
+def test_module_path_is_a_content_hash():
+    source = fresh_source()
+    assert module_path(source) == module_path(str(source))
+    assert module_path(source).suffix == ".py"
+    assert module_path(source).stem.startswith("c")
+    assert module_path(source + " ") != module_path(source)
+
+
+def test_load_module_uses_the_configured_cache_dir(tmp_path):
+    saved = config.cache_dir
+    config.cache_dir = str(tmp_path / "cache")
+    try:
+        source = fresh_source("VALUE = 7")
+        module = load_module(source)
+    finally:
+        config.cache_dir = saved
+    assert os.path.dirname(module.__file__) == str(tmp_path / "cache")
+    assert module.VALUE == 7
+    assert not any(p.suffix.startswith(".tmp") for p in (tmp_path / "cache").iterdir())
+
+
+def test_loaded_kernels_can_be_inspected_by_triton():
+    source = fresh_source(
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\n"
+        "def add_one(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):\n"
+        "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        "    xmask = xindex < xnumel\n"
+        "    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) + 1.0, xmask)\n"
+    )
+    module = load_module(source)
+    x = torch.arange(37.0, device=DEVICE)
+    out = torch.empty_like(x)
+    launch(module.add_one, x.numel(), x, out, XBLOCK=16, num_warps=1)
+    torch.testing.assert_close(out, x + 1)
+
+
+# --- launch ---------------------------------------------------------------------------
+
+
+class FakeKernel:
+    """Records the grid it is indexed with and the arguments of each launch."""
+
+    def __init__(self):
+        self.grids, self.calls = [], []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+
+        def launcher(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+
+        return launcher
+
+
+def test_launch_of_zero_elements_launches_nothing():
+    kernel = FakeKernel()
+    assert launch(kernel, 0, "in", "out", XBLOCK=64, num_warps=1) is None
+    assert kernel.grids == [] and kernel.calls == []
+
+
+def test_launch_grid_covers_numel_and_passes_xnumel():
+    kernel = FakeKernel()
+    launch(kernel, 100, "in", "out", XBLOCK=32, num_warps=2)
+    grid, args, kwargs = kernel.calls[0]
+    assert grid == (4,)  # ceil(100 / 32)
+    assert args == ("in", "out", 100)
+    assert kwargs["XBLOCK"] == 32
+    if interpret_mode():
+        assert "num_warps" not in kwargs  # the interpreter takes no launch options
+    else:
+        assert kwargs["num_warps"] == 2
+
+
+@pytest.mark.parametrize(
+    "numel,xblock,blocks", [(1, 1, 1), (64, 64, 1), (65, 64, 2), (2145, 1024, 3)]
+)
+def test_launch_grid_sizes(numel, xblock, blocks):
+    kernel = FakeKernel()
+    launch(kernel, numel, XBLOCK=xblock, num_warps=1)
+    assert kernel.calls[0][0] == (blocks,)
+
+
+def test_launch_reuses_the_bound_launcher():
+    kernel = FakeKernel()
+    for _ in range(3):
+        launch(kernel, 10, XBLOCK=8, num_warps=1)
+    launch(kernel, 100, XBLOCK=8, num_warps=1)
+    assert kernel.grids == [(2,), (13,)]  # indexed once per grid
+    assert len(kernel.calls) == 4
+
+
+@triton.jit
+def _double(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) * 2, xmask)
+
+
+@pytest.mark.parametrize("numel", [0, 1, 5, 64, 200])
+def test_launch_runs_a_real_kernel(numel):
+    x = torch.randn(numel, device=DEVICE)
+    out = torch.full((numel,), -7.0, device=DEVICE)
+    launch(_double, numel, x, out, XBLOCK=64, num_warps=1)
+    torch.testing.assert_close(out, x * 2)
+
+
+def test_interpret_mode_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpret_mode()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not interpret_mode()
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not interpret_mode()
+
+
+# --- rand_strided, empty_strided, assert_size_stride ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "size,stride",
+    [
+        ((3, 4), (4, 1)),
+        ((3, 4), (1, 3)),
+        ((2, 3, 4), (1, 2, 6)),
+        ((5, 3), (0, 1)),
+        ((4,), (3,)),
+        ((), ()),
+        ((0, 3), (3, 1)),
+        ((2, 0), (1, 2)),
+        ((1, 1), (9, 9)),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float16, torch.int64, torch.bool, torch.uint8],
+    ids=str,
+)
+def test_rand_strided_honours_size_stride_dtype(size, stride, dtype):
+    t = rand_strided(size, stride, device="cpu", dtype=dtype)
+    assert tuple(t.shape) == size and t.stride() == stride
+    assert t.dtype == dtype and t.device.type == "cpu"
+    if t.numel():
+        t.sum()  # every element is readable
+        assert t.storage_offset() == 0
+        span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+        assert t.untyped_storage().nbytes() >= span * t.element_size()
+
+
+def test_rand_strided_values_are_random_and_in_range():
+    floats = rand_strided((1000,), (1,))
+    assert floats.dtype == torch.float32 and floats.std() > 0.5
+    ints = rand_strided((1000,), (1,), dtype=torch.int32)
+    assert 0 <= ints.min() and ints.max() < 10 and len(ints.unique()) > 1
+    bools = rand_strided((1000,), (1,), dtype=torch.bool)
+    assert 0 < bools.sum() < 1000
+
+
+def test_empty_strided_is_torchs():
+    t = empty_strided((3, 4), (1, 3), device="cpu", dtype=torch.float16)
+    assert t.stride() == (1, 3) and t.dtype == torch.float16
+
+
+def test_assert_size_stride_accepts_a_match():
+    t = torch.empty(3, 4).t()
+    assert assert_size_stride(t, (4, 3), (1, 4)) is None
+    assert_size_stride(
+        torch.empty(1, 5)[:, :1], (1, 1), (99, 99)
+    )  # stride of 1 element
+    assert_size_stride(torch.empty(0, 3), (0, 3), (7, 7))  # and of no element
+
+
+def test_assert_size_stride_explains_a_size_mismatch():
+    with pytest.raises(AssertionError) as info:
+        assert_size_stride(torch.empty(3, 4), (4, 3), (3, 1))
+    message = str(info.value)
+    assert "size (3, 4) stride (4, 1)" in message
+    assert "expects size (4, 3) stride (3, 1)" in message
+
+
+def test_assert_size_stride_explains_a_stride_mismatch():
+    with pytest.raises(
+        AssertionError,
+        match=r"stride \(1, 4\).*expects size \(4, 3\) "
+        r"stride \(3, 1\)",
+    ):
+        assert_size_stride(torch.empty(3, 4).t(), (4, 3), (3, 1))
+
+
+# --- benchmark ------------------------------------------------------------------------
+
+
+def test_benchmark_calls_once_to_warm_up_then_times_times_repeat():
+    calls = []
+    result = benchmark(lambda: calls.append(1), times=3, repeat=4)
+    assert len(calls) == 1 + 3 * 4
+    assert isinstance(result, float) and result >= 0
+
+
+def test_benchmark_reports_the_median_in_milliseconds(monkeypatch):
+    ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020])  # 10 ms, 30 ms, 20 ms
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: next(ticks))
+    assert benchmark(lambda: None, times=1, repeat=3) == pytest.approx(20.0)
