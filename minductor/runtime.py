@@ -46,23 +46,59 @@ def load_module(source: str) -> ModuleType:
     return module
 
 
-_launchers: dict[tuple[int, tuple[int, ...]], Callable] = {}
+class Launcher:
+    """Launches one kernel on one grid; after the first call, skips Triton's binder."""
+
+    def __init__(self, kernel, grid: tuple[int, ...], XBLOCK: int, num_warps: int):
+        self.kernel = kernel
+        self.grid = grid
+        self.XBLOCK = XBLOCK
+        self.num_warps = num_warps
+        self.binary = None  # the compiled kernel, once built for aligned pointers
+
+    def __call__(self, *args) -> None:
+        if interpret_mode():
+            # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
+            with numpy.errstate(all="ignore"):
+                self.kernel[self.grid](*args, XBLOCK=self.XBLOCK)
+            return
+        aligned = all(
+            a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor)
+        )
+        if self.binary is not None and aligned:
+            b = self.binary
+            stream = torch.cuda.current_stream().cuda_stream
+            grid = self.grid + (1,) * (3 - len(self.grid))
+            hooks = (None, None, None)  # launch metadata, enter hook, exit hook
+            b.run(
+                *grid, stream, b.function, b.packed_metadata, *hooks, *args, self.XBLOCK
+            )
+            return
+        binary = self.kernel[self.grid](
+            *args, XBLOCK=self.XBLOCK, num_warps=self.num_warps
+        )
+        if aligned and _has_direct_launch(binary):
+            self.binary = binary
+
+
+def _has_direct_launch(binary) -> bool:
+    return all(hasattr(binary, a) for a in ("run", "function", "packed_metadata"))
+
+
+_launchers: dict[tuple[int, int, int], Launcher] = {}
 
 
 def launch(kernel, numel: int, *args, XBLOCK: int, num_warps: int) -> None:
     if numel == 0:
         return
     grid = ((numel + XBLOCK - 1) // XBLOCK,)
-    key = (id(kernel), grid)
+    # numel is in the key, not only the grid: Triton specializes integer arguments
+    # (xnumel == 1 becomes a constant), so a binary is only good for its own numel
+    key = (id(kernel), numel, XBLOCK)
     launcher = _launchers.get(key)
     if launcher is None:
-        launcher = _launchers[key] = kernel[grid]
-    if interpret_mode():
-        # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
-        with numpy.errstate(all="ignore"):
-            launcher(*args, numel, XBLOCK=XBLOCK)
-    else:
-        launcher(*args, numel, XBLOCK=XBLOCK, num_warps=num_warps)
+        launcher = _launchers[key] = Launcher(kernel, grid, XBLOCK, num_warps)
+    launcher(*args, numel)
 
 
 empty_strided = torch.empty_strided

@@ -143,13 +143,30 @@ def test_launch_grid_sizes(numel, xblock, blocks):
     assert kernel.calls[0][0] == (blocks,)
 
 
-def test_launch_reuses_the_bound_launcher():
+@pytest.mark.skipif(not interpret_mode(), reason="a fake kernel has no GPU binary")
+def test_launch_keeps_one_launcher_per_kernel_and_grid():
     kernel = FakeKernel()
     for _ in range(3):
         launch(kernel, 10, XBLOCK=8, num_warps=1)
     launch(kernel, 100, XBLOCK=8, num_warps=1)
-    assert kernel.grids == [(2,), (13,)]  # indexed once per grid
-    assert len(kernel.calls) == 4
+    mine = {key for key in runtime._launchers if key[0] == id(kernel)}
+    assert mine == {(id(kernel), 10, 8), (id(kernel), 100, 8)}
+    # in the interpreter there is no binary: every launch takes Triton's generic path
+    assert kernel.grids == [(2,), (2,), (2,), (13,)]
+    assert [c[1][-1] for c in kernel.calls] == [10, 10, 10, 100]  # xnumel comes last
+
+
+@pytest.mark.cuda
+def test_direct_launch_never_serves_an_unaligned_pointer():
+    base = torch.randn(1025, device="cuda")
+    aligned, unaligned = base[:1000], base[1:1001]  # the second starts 4 bytes in
+    out = torch.empty(1000, device="cuda")
+    for x in (aligned, aligned, unaligned, aligned, unaligned):
+        out.fill_(-7.0)
+        launch(_double, 1000, x, out, XBLOCK=256, num_warps=4)
+        torch.testing.assert_close(out, x * 2)
+    launcher = runtime._launchers[(id(_double), 1000, 256)]
+    assert launcher.binary is not None  # the aligned calls went the direct way
 
 
 @triton.jit
