@@ -123,6 +123,16 @@ def _device(args: Sequence[Any]) -> torch.device:
     return devices.pop()
 
 
+def converting_loader(arg: Any, shape, dtype: torch.dtype) -> Callable:
+    """Load `arg` (a TensorBox or a Python number) broadcast to `shape`, as `dtype`."""
+    if not isinstance(arg, TensorBox):
+        return lambda index: ops.constant(arg, dtype)
+    loader = broadcast_loader(arg, shape)
+    if arg.get_dtype() == dtype:
+        return loader
+    return lambda index: ops.to_dtype(loader(index), dtype)
+
+
 def pointwise(
     fn: Callable[..., Any],
     args: Sequence[Any],
@@ -134,15 +144,7 @@ def pointwise(
     shape = broadcast_shapes(*[b.get_size() for b in boxes])
     device = _device(args)
 
-    def load_converted(arg: Any) -> Callable:
-        if not isinstance(arg, TensorBox):
-            return lambda index: ops.constant(arg, compute)
-        loader = broadcast_loader(arg, shape)
-        if arg.get_dtype() == compute:
-            return loader
-        return lambda index: ops.to_dtype(loader(index), compute)
-
-    loaders = [load_converted(a) for a in args]
+    loaders = [converting_loader(a, shape, compute) for a in args]
     natural = torch.bool if kind is Kind.ALWAYS_BOOL else compute
 
     def inner_fn(index):
@@ -344,16 +346,7 @@ def _where(cond: TensorBox, a: Any, b: Any, dtype: torch.dtype) -> TensorBox:
     boxes = [v for v in (cond, a, b) if isinstance(v, TensorBox)]
     shape = broadcast_shapes(*[v.get_size() for v in boxes])
     load_cond = broadcast_loader(cond, shape)
-
-    def value_loader(v: Any) -> Callable:
-        if not isinstance(v, TensorBox):
-            return lambda index: ops.constant(v, dtype)
-        load = broadcast_loader(v, shape)
-        if v.get_dtype() == dtype:
-            return load
-        return lambda index: ops.to_dtype(load(index), dtype)
-
-    load_a, load_b = value_loader(a), value_loader(b)
+    load_a, load_b = (converting_loader(v, shape, dtype) for v in (a, b))
 
     def inner_fn(index):
         return ops.where(load_cond(index), load_a(index), load_b(index))
