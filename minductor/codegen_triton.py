@@ -108,6 +108,39 @@ class InterpreterOverrides(TritonOverrides):
     sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
 
 
+def kernel_kind(rsizes, rnumel: int) -> str:
+    if not rsizes:
+        return "poi"
+    return "per" if rnumel <= config.persistent_reduction_limit else "red"
+
+
+# reduction type -> (combine two tiles, collapse a tile's columns into [XBLOCK, 1])
+REDUCTIONS = {
+    "sum": ("{} + {}", "tl.sum({}, 1)[:, None]"),
+    "prod": ("{} * {}", "tl.reduce({}, 1, helpers.mul)[:, None]"),
+    "max": ("helpers.maximum({}, {})", "tl.reduce({}, 1, helpers.maximum)[:, None]"),
+    "min": ("helpers.minimum({}, {})", "tl.reduce({}, 1, helpers.minimum)[:, None]"),
+}
+
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
+    if reduction_type in ("sum", "prod"):
+        return "0" if reduction_type == "sum" else "1"
+    lowest = reduction_type == "max"
+    if dtype.is_floating_point:
+        return 'float("-inf")' if lowest else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return str(info.min if lowest else info.max)
+
+
+def reduction_config(numel: int, rnumel: int, kind: str) -> dict[str, int]:
+    """Block sizes for a reduction: the whole row if persistent, else 1024 chunks."""
+    rblock = _next_power_of_2(rnumel) if kind == "per" else 1024
+    xblock = min(_next_power_of_2(max(numel, 1)), max(1, 4096 // rblock))
+    num_warps = max(1, min(8, xblock * rblock // 256))
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
+
+
 @dataclass
 class KernelArgs:
     inputs: dict[str, str]
@@ -140,46 +173,77 @@ def pointwise_config(numel: int) -> dict[str, int]:
 
 class TritonKernel:
     def __init__(
-        self, sizes, removed_buffers: set[str], overrides: type[TritonOverrides]
+        self,
+        sizes,
+        removed_buffers: set[str],
+        overrides: type[TritonOverrides],
+        rsizes=(),
     ):
         self.sizes = tuple(sizes)
+        self.rsizes = tuple(rsizes)
         self.numel = int(product(self.sizes))
+        self.rnumel = int(product(self.rsizes))
+        self.kind = kernel_kind(self.rsizes, self.rnumel)
         self.removed_buffers = removed_buffers
         self.overrides = overrides
         self.args = KernelArgs({}, {})
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # the body (inside the loop of a looped reduction)
+        self.prologue: list[str] = []  # before that loop: accumulators
+        self.suffix: list[str] = []  # after it: final reductions and their stores
+        self.after_loop: set[str] = set()  # tmps defined in the suffix
         self.cse: dict[str, str] = {}
         self.store_cache: dict[tuple[str, str], str] = {}
-        self.variables = [
-            sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
-            for k in reversed(range(len(self.sizes)))
-        ]
+        self.variables = _symbols("x", len(self.sizes))
+        self.rvariables = _symbols("r", len(self.rsizes))
 
-    def newvar(self, expr: str) -> str:
+    def newvar(self, expr: str, after_loop: bool = False) -> str:
         if expr not in self.cse:
-            self.cse[expr] = f"tmp{len(self.cse)}"
-            self.lines.append(f"{self.cse[expr]} = {expr}")
+            var = self.cse[expr] = f"tmp{len(self.cse)}"
+            (self.suffix if after_loop else self.lines).append(f"{var} = {expr}")
+            if after_loop:
+                self.after_loop.add(var)
         return self.cse[expr]
 
     def index_str(self, index: sympy.Expr) -> str:
         if not index.free_symbols:
-            return f"tl.full([XBLOCK], {int(index)}, tl.int32)"
+            shape = "[XBLOCK]" if self.kind == "poi" else "[XBLOCK, 1]"
+            return f"tl.full({shape}, {int(index)}, tl.int32)"
         return pexpr(index)
 
+    def mask(self, index: sympy.Expr) -> str:
+        if self.kind != "poi" and index.free_symbols & set(self.rvariables):
+            return "xmask & rmask"
+        return "xmask"
+
     def variable_definitions(self) -> list[str]:
-        xindex = sympy.Symbol("xindex", integer=True, nonnegative=True)
-        lines = []
-        inner = sympy.Integer(1)
-        for var, size in zip(reversed(self.variables), reversed(self.sizes)):
-            if len(self.sizes) == 1:
-                value = xindex
-            elif var == self.variables[0]:  # outermost
-                value = FloorDiv(xindex, inner)
-            else:
-                value = ModularIndexing(xindex, inner, size)
-            lines.append(f"{var} = {pexpr(value)}")
-            inner = inner * size
-        return lines
+        return _definitions(self.variables, self.sizes, "xindex")
+
+    def rvariable_definitions(self) -> list[str]:
+        return _definitions(self.rvariables, self.rsizes, "rindex")
+
+
+def _symbols(prefix: str, n: int) -> list[sympy.Symbol]:
+    # x0 is the innermost dimension, as in the scheduler's merged loops
+    return [
+        sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True)
+        for k in reversed(range(n))
+    ]
+
+
+def _definitions(variables, sizes, base: str) -> list[str]:
+    flat = sympy.Symbol(base, integer=True, nonnegative=True)
+    lines = []
+    inner = sympy.Integer(1)
+    for var, size in zip(reversed(variables), reversed(sizes)):
+        if len(sizes) == 1:
+            value = flat
+        elif var == variables[0]:  # outermost
+            value = FloorDiv(flat, inner)
+        else:
+            value = ModularIndexing(flat, inner, size)
+        lines.append(f"{var} = {pexpr(value)}")
+        inner = inner * size
+    return lines
 
 
 class KernelOpsHandler:
@@ -188,9 +252,7 @@ class KernelOpsHandler:
         self.node = node
 
     def _index(self, index: sympy.Expr) -> str:
-        return self.kernel.index_str(
-            self.node.loop.rewrite(index, self.node.index_vars)
-        )
+        return self.kernel.index_str(self.node.rewrite_index(index))
 
     def load(self, name, index):
         index_s = self._index(index)
@@ -198,7 +260,8 @@ class KernelOpsHandler:
         if cached is not None:
             return cached
         ptr = self.kernel.args.input(name)
-        return self.kernel.newvar(f"tl.load({ptr} + ({index_s}), xmask)")
+        mask = self.kernel.mask(self.node.rewrite_index(index))
+        return self.kernel.newvar(f"tl.load({ptr} + ({index_s}), {mask})")
 
     def store(self, name, index, value):
         index_s = self._index(index)
@@ -212,11 +275,38 @@ class KernelOpsHandler:
         index_s = self._index(expr)
         return self.kernel.newvar(f"({index_s}).to({TRITON_DTYPES[dtype]})")
 
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        k = self.kernel
+        if k.kind == "poi":  # every reduced dimension has size 1: nothing to combine
+            return value
+        identity = reduction_identity(reduction_type, src_dtype)
+        combine, final = REDUCTIONS[reduction_type]
+        spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
+        if k.kind == "per":  # the whole row is in registers: mask, then reduce
+            masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
+            return k.newvar(final.format(masked))
+        acc = f"_acc{len(k.prologue)}"
+        k.prologue.append(
+            f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TRITON_DTYPES[src_dtype]})"
+        )
+        combined = k.newvar(combine.format(acc, spread))
+        k.lines.append(f"{acc} = tl.where(xmask & rmask, {combined}, {acc})")
+        return k.newvar(final.format(acc), after_loop=True)
+
+    def store_reduction(self, name, index, value):
+        index_s = self._index(index)
+        self.kernel.store_cache[(name, index_s)] = value
+        ptr = self.kernel.args.output(name)
+        line = f"tl.store({ptr} + ({index_s}), {value}, xmask)"
+        after = value in self.kernel.after_loop
+        (self.kernel.suffix if after else self.kernel.lines).append(line)
+
     def __getattr__(self, name):
         method = getattr(self.kernel.overrides, name)
 
         def op(*args):
-            return self.kernel.newvar(method(*args))
+            after = any(a in self.kernel.after_loop for a in args if isinstance(a, str))
+            return self.kernel.newvar(method(*args), after_loop=after)
 
         return op
 
@@ -227,39 +317,77 @@ class GeneratedKernel:
     descriptive_name: str  # e.g. "poi_fused_add_mul"
     call_args: tuple[str, ...]  # buffer names, in signature order
     numel: int
-    meta: tuple[tuple[str, int], ...]  # XBLOCK, num_warps
+    meta: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
+    rnumel: int = 1
 
 
-def kernel_name_stem(node: BaseSchedulerNode) -> str:
+def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
     origins = sorted(node.origins) or ["kernel"]
-    return "poi_fused_" + "_".join(origins)
+    return f"{kind}_fused_" + "_".join(origins)
 
 
 def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool):
     overrides = InterpreterOverrides if interpret else TritonOverrides
-    kernel = TritonKernel(node.loop.sizes, removed, overrides)
+    kernel = TritonKernel(node.loop.sizes, removed, overrides, node.rloop.sizes)
     for member in node.snodes:
         with set_handler(KernelOpsHandler(kernel, member)):
-            member.node.store_output(member.index_vars)
-    meta = pointwise_config(kernel.numel)
-    int64 = kernel.numel >= 2**31
+            member.node.store_output(member.index_vars, member.rindex_vars)
+    if kernel.kind == "poi":
+        meta = pointwise_config(kernel.numel)
+    else:
+        meta = reduction_config(kernel.numel, kernel.rnumel, kernel.kind)
+    int64 = kernel.numel * kernel.rnumel >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
-    params = ", ".join(kernel.args.signature() + ["xnumel", "XBLOCK: tl.constexpr"])
-    body = [
-        f"xoffset = {pid} * XBLOCK",
-        "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
-        "xmask = xindex < xnumel",
-        *kernel.variable_definitions(),
-        *kernel.lines,
-    ]
+    sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
+    blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
+    params = ", ".join(kernel.args.signature() + sizes + blocks)
     source = "\n".join(
         ["@triton.jit", f"def KERNEL_NAME({params}):"]
-        + ["    " + line for line in body]
+        + ["    " + line for line in _kernel_body(kernel, pid)]
     )
     return GeneratedKernel(
         source,
-        kernel_name_stem(node),
+        kernel_name_stem(node, kernel.kind),
         tuple(kernel.args.call_names()),
         kernel.numel,
         tuple(meta.items()),
+        kernel.rnumel if kernel.kind != "poi" else 1,
     )
+
+
+def _kernel_body(kernel: TritonKernel, pid: str) -> list[str]:
+    if kernel.kind == "poi":
+        return [
+            f"xoffset = {pid} * XBLOCK",
+            "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
+            "xmask = xindex < xnumel",
+            *kernel.variable_definitions(),
+            *kernel.lines,
+        ]
+    head = [
+        f"xoffset = {pid} * XBLOCK",
+        "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
+        "xmask = xindex < xnumel",
+    ]
+    if kernel.kind == "per":
+        return head + [
+            "rindex = tl.arange(0, RBLOCK)[None, :]",
+            "rmask = rindex < rnumel",
+            *kernel.variable_definitions(),
+            *kernel.rvariable_definitions(),
+            *kernel.lines,
+        ]
+    loop = [
+        "rindex = roffset + rbase",
+        "rmask = rindex < rnumel",
+        *kernel.rvariable_definitions(),
+        *kernel.lines,
+    ]
+    return head + [
+        "rbase = tl.arange(0, RBLOCK)[None, :]",
+        *kernel.variable_definitions(),
+        *kernel.prologue,
+        "for roffset in range(0, rnumel, RBLOCK):",
+        *["    " + line for line in loop],
+        *kernel.suffix,
+    ]

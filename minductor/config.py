@@ -23,6 +23,8 @@ class Config:
     inline_opcount_limit: int = 200
     # largest block a pointwise kernel uses (ch. 8)
     max_xblock: int = 1024
+    # reductions over at most this many elements keep a whole row in registers (ch. 8)
+    persistent_reduction_limit: int = 1024
     # where generated modules are written (ch. 10)
     cache_dir: str = field(default_factory=_default_cache_dir)
 

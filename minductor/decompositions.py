@@ -124,6 +124,18 @@ def ones_like(
     return full_like(x, 1, dtype=dtype, device=device)
 
 
+@register_decomposition(aten.mean.default, aten.mean.dim)
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    out = dtype or x.dtype
+    acc = torch.float32 if out in (torch.float16, torch.bfloat16) else out
+    dims = range(x.dim()) if dim is None or len(dim) == 0 else dim
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    total = torch.sum(x, dim=list(dims), keepdim=keepdim, dtype=acc)
+    return (total / count).to(out)
+
+
 @register_decomposition(aten.softplus)
 def softplus(x, beta=1, threshold=20):
     scaled = x * beta

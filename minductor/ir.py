@@ -121,6 +121,41 @@ class Pointwise(IRNode):
         )
 
 
+REDUCTION_TYPES = ("sum", "prod", "max", "min")
+
+
+@dataclass(frozen=True, eq=False)
+class Reduction(IRNode):
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Callable[[Index, Index], Any]
+    ranges: tuple[sympy.Expr, ...]
+    reduction_ranges: tuple[sympy.Expr, ...]
+    reduction_type: str
+    src_dtype: torch.dtype
+    origins: frozenset[str] = frozenset()
+
+    def get_size(self):
+        return self.ranges
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_device(self):
+        return self.device
+
+    def make_loader(self) -> InnerFn:
+        raise AssertionError("a Reduction is realized before anything reads it")
+
+    def __repr__(self) -> str:
+        return (
+            f"Reduction({self.device.type}, {_short(self.dtype)}, "
+            f"{self.reduction_type}, ranges={_ints(self.ranges)}, "
+            f"reduction_ranges={_ints(self.reduction_ranges)}, "
+            f"origins={sorted(self.origins)})"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Buffer(IRNode):
     name: str
@@ -155,18 +190,33 @@ class InputBuffer(Buffer):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ComputedBuffer(Buffer):
-    data: Pointwise
+    data: Pointwise | Reduction
 
     @property
     def origins(self) -> frozenset[str]:
         return self.data.origins
 
-    def store_output(self, index: Index) -> None:
+    def is_reduction(self) -> bool:
+        return isinstance(self.data, Reduction)
+
+    def store_output(self, index: Index, rindex: Index = ()) -> None:
         indexer = self.layout.make_indexer()
-        ops.store(self.name, indexer(index), self.data.inner_fn(index))
+        if not self.is_reduction():
+            ops.store(self.name, indexer(index), self.data.inner_fn(index))
+            return
+        r = self.data
+        value = ops.reduction(
+            r.dtype, r.src_dtype, r.reduction_type, r.inner_fn(index, rindex)
+        )
+        if r.dtype != r.src_dtype:
+            value = ops.to_dtype(value, r.dtype)
+        ops.store_reduction(self.name, indexer(index), value)
 
     def dump(self) -> str:
-        body = body_to_str(self.store_output, index_vars(len(self.layout.size)))
+        n = len(self.layout.size)
+        rn = len(self.data.reduction_ranges) if self.is_reduction() else 0
+        variables = index_vars(n) + index_vars(rn, "r")
+        body = body_to_str(lambda v: self.store_output(v[:n], v[n:]), variables)
         lines = [repr(self), f"  origins: {', '.join(sorted(self.origins))}"]
         return "\n".join(lines + ["  " + line for line in body.splitlines()])
 
@@ -231,7 +281,7 @@ class TensorBox:
         """Give the value memory: wrap its body in a ComputedBuffer named by `graph`."""
         if isinstance(self.data, Buffer):
             return self.data
-        assert isinstance(self.data, Pointwise), self.data
+        assert isinstance(self.data, (Pointwise, Reduction)), self.data
         layout = FixedLayout.contiguous(
             self.data.device, self.data.dtype, self.data.ranges
         )

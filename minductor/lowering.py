@@ -23,6 +23,7 @@ from minductor.ir import (
     MultiOutput,
     MultiOutputLayout,
     Pointwise,
+    Reduction,
     TensorBox,
 )
 from minductor.ops import ops
@@ -500,6 +501,120 @@ def convert_element_type(x, dtype):
     return _convert(x, dtype)
 
 
+def _reduced_dims(ndim: int, dims: Any) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % max(ndim, 1) for d in dims})
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def make_reduction(
+    x: TensorBox,
+    dims: Any,
+    keepdim: bool,
+    reduction_type: str,
+    dtype: torch.dtype,
+    acc_dtype: torch.dtype,
+    value_fn: Callable[[Any], Any] | None = None,
+) -> TensorBox:
+    if x.get_dtype() not in SUPPORTED_DTYPES or dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"reduction of {x.get_dtype()} to {dtype}")
+    size = x.get_size()
+    ndim = len(size)
+    reduced = _reduced_dims(ndim, dims)
+    kept = [d for d in range(ndim) if d not in reduced]
+    if keepdim:
+        ranges = tuple(
+            sympy.Integer(1) if d in reduced else size[d] for d in range(ndim)
+        )
+    else:
+        ranges = tuple(size[d] for d in kept)
+    reduction_ranges = tuple(size[d] for d in reduced)
+    if reduction_type in ("max", "min") and any(s == 0 for s in reduction_ranges):
+        raise Unsupported(f"{reduction_type} over zero elements")
+    loader = x.make_loader()
+
+    def inner_fn(index, rindex):
+        full: list[Any] = [None] * ndim
+        outer = [index[d] for d in kept] if keepdim else list(index)
+        for d, i in zip(kept, outer):
+            full[d] = i
+        for d, r in zip(reduced, rindex):
+            full[d] = r
+        value = loader(full)
+        if value_fn is not None:
+            return value_fn(value)
+        if x.get_dtype() != acc_dtype:
+            value = ops.to_dtype(value, acc_dtype)
+        return value
+
+    return TensorBox(
+        Reduction(
+            x.get_device(),
+            dtype,
+            inner_fn,
+            ranges,
+            reduction_ranges,
+            reduction_type,
+            acc_dtype,
+            _origins([x]),
+        )
+    )
+
+
+def _sum_dtype(x: TensorBox, dtype: torch.dtype | None) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    return x.get_dtype() if _is_float(x.get_dtype()) else torch.int64
+
+
+@register_lowering(aten.sum.default, aten.sum.dim_IntList)
+def sum_(x, dim=None, keepdim=False, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_reduction(x, dim, keepdim, "sum", out, _accumulator(out))
+
+
+@register_lowering(aten.prod.default, aten.prod.dim_int)
+def prod(x, dim=None, keepdim=False, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_reduction(x, dim, keepdim, "prod", out, _accumulator(out))
+
+
+def _extremum(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        if x.get_dtype() == torch.bool:
+            raise Unsupported(f"{reduction_type} of bool")
+        acc = _accumulator(x.get_dtype())
+        return make_reduction(x, dim, keepdim, reduction_type, x.get_dtype(), acc)
+
+    return lowering
+
+
+register_lowering(aten.amax.default, aten.max.default)(_extremum("max"))
+register_lowering(aten.amin.default, aten.min.default)(_extremum("min"))
+
+
+def _truth(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        def nonzero(v):
+            return ops.to_dtype(ops.ne(v, ops.constant(0, x.get_dtype())), torch.int8)
+
+        return make_reduction(
+            x, dim, keepdim, reduction_type, torch.bool, torch.int8, value_fn=nonzero
+        )
+
+    return lowering
+
+
+register_lowering(aten.any.default, aten.any.dim, aten.any.dims)(_truth("max"))
+register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
+
+
 class MixedDeviceError(RuntimeError):
     pass
 
@@ -633,11 +748,14 @@ class GraphLowering(torch.fx.Interpreter):
         result = super().run_node(n)
         if n.op == "call_function" and isinstance(result, TensorBox):
             self._check_against_meta(n, result)
-            if isinstance(result.data, Pointwise):
+            if isinstance(result.data, (Pointwise, Reduction)):
                 name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
                 result.data = dataclasses.replace(
                     result.data, origins=result.data.origins | {name}
                 )
+            if isinstance(result.data, Reduction):
+                result.realize(self)  # nothing can read a reduction element-wise
+            elif isinstance(result.data, Pointwise):
                 self._maybe_realize(n, result)
         return result
 

@@ -80,6 +80,17 @@ class OpsHandler(Protocol):
 
     def where(self, cond: Any, a: Any, b: Any) -> Any: ...
 
+    # combine `value` over a reduction loop (chapter 5's Reduction)
+    def reduction(
+        self,
+        dtype: torch.dtype,
+        src_dtype: torch.dtype,
+        reduction_type: str,
+        value: Any,
+    ) -> Any: ...
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None: ...
+
     # ...and one method per entry of MATH_OPS
 
 
@@ -148,6 +159,11 @@ class EvalHandler:
     def where(self, cond, a, b):
         return torch.where(cond, a, b)
 
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        raise NotImplementedError(
+            "EvalHandler runs one element: reductions need a kernel"
+        )
+
     def __getattr__(self, name):
         if name not in MATH_OPS:
             raise AttributeError(name)
@@ -170,6 +186,9 @@ class PrintHandler:
 
     def store(self, name, index, value):
         self.lines.append(f"ops.store({name}, {index}, {value})")
+
+    def store_reduction(self, name, index, value):
+        self.lines.append(f"ops.store_reduction({name}, {index}, {value})")
 
     def __getattr__(self, name):
         if name.startswith("_"):

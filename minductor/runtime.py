@@ -49,10 +49,12 @@ def load_module(source: str) -> ModuleType:
 class Launcher:
     """Launches one kernel on one grid; after the first call, skips Triton's binder."""
 
-    def __init__(self, kernel, grid: tuple[int, ...], XBLOCK: int, num_warps: int):
+    def __init__(
+        self, kernel, grid: tuple[int, ...], blocks: dict[str, int], num_warps: int
+    ):
         self.kernel = kernel
         self.grid = grid
-        self.XBLOCK = XBLOCK
+        self.blocks = blocks  # the constexpr block sizes, in signature order
         self.num_warps = num_warps
         self.binary = None  # the compiled kernel, once built for aligned pointers
 
@@ -60,7 +62,7 @@ class Launcher:
         if interpret_mode():
             # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
             with numpy.errstate(all="ignore"):
-                self.kernel[self.grid](*args, XBLOCK=self.XBLOCK)
+                self.kernel[self.grid](*args, **self.blocks)
             return
         aligned = all(
             a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor)
@@ -71,12 +73,16 @@ class Launcher:
             grid = self.grid + (1,) * (3 - len(self.grid))
             hooks = (None, None, None)  # launch metadata, enter hook, exit hook
             b.run(
-                *grid, stream, b.function, b.packed_metadata, *hooks, *args, self.XBLOCK
+                *grid,
+                stream,
+                b.function,
+                b.packed_metadata,
+                *hooks,
+                *args,
+                *self.blocks.values(),
             )
             return
-        binary = self.kernel[self.grid](
-            *args, XBLOCK=self.XBLOCK, num_warps=self.num_warps
-        )
+        binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and _has_direct_launch(binary):
             self.binary = binary
 
@@ -85,20 +91,34 @@ def _has_direct_launch(binary) -> bool:
     return all(hasattr(binary, a) for a in ("run", "function", "packed_metadata"))
 
 
-_launchers: dict[tuple[int, int, int], Launcher] = {}
+_launchers: dict[tuple, Launcher] = {}
 
 
-def launch(kernel, numel: int, *args, XBLOCK: int, num_warps: int) -> None:
+def launch(
+    kernel,
+    numel: int,
+    *args,
+    XBLOCK: int,
+    num_warps: int,
+    rnumel: int | None = None,
+    RBLOCK: int | None = None,
+) -> None:
+    """Launch over `numel` outputs; reductions also pass rnumel and RBLOCK."""
     if numel == 0:
         return
     grid = ((numel + XBLOCK - 1) // XBLOCK,)
-    # numel is in the key, not only the grid: Triton specializes integer arguments
-    # (xnumel == 1 becomes a constant), so a binary is only good for its own numel
-    key = (id(kernel), numel, XBLOCK)
+    sizes = (numel,) if rnumel is None else (numel, rnumel)
+    blocks = (
+        {"XBLOCK": XBLOCK} if RBLOCK is None else {"XBLOCK": XBLOCK, "RBLOCK": RBLOCK}
+    )
+    # the sizes are in the key, not only the grid: Triton specializes integer
+    # arguments (an xnumel of 1 becomes a constant), so a binary is only good for its
+    # own sizes
+    key = (id(kernel), sizes, XBLOCK, RBLOCK)
     launcher = _launchers.get(key)
     if launcher is None:
-        launcher = _launchers[key] = Launcher(kernel, grid, XBLOCK, num_warps)
-    launcher(*args, numel)
+        launcher = _launchers[key] = Launcher(kernel, grid, blocks, num_warps)
+    launcher(*args, *sizes)
 
 
 empty_strided = torch.empty_strided

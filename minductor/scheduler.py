@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -47,6 +48,9 @@ class RecordingHandler(NullHandler):
     def store(self, name, index, value):
         self.stores.append((name, index))
 
+    def store_reduction(self, name, index, value):
+        self.stores.append((name, index))
+
 
 class BaseSchedulerNode:
     reads: frozenset[Dep]
@@ -69,25 +73,41 @@ class BaseSchedulerNode:
 class SchedulerNode(BaseSchedulerNode):
     node: ComputedBuffer
     index_vars: tuple[sympy.Symbol, ...]
+    rindex_vars: tuple[sympy.Symbol, ...]  # empty unless the node is a reduction
     loop: SimplifiedLoop
+    rloop: SimplifiedLoop
     reads: frozenset[Dep]
     writes: frozenset[Dep]
 
     @staticmethod
     def create(node: ComputedBuffer) -> SchedulerNode:
         variables = tuple(index_vars(len(node.layout.size)))
+        rsizes = node.data.reduction_ranges if node.is_reduction() else ()
+        rvariables = tuple(index_vars(len(rsizes), "r"))
         recorder = RecordingHandler()
         with set_handler(recorder):
-            node.store_output(variables)
-        accesses = recorder.loads + recorder.stores
-        loop = simplify_loops(node.layout.size, variables, [i for _, i in accesses])
+            node.store_output(variables, rvariables)
+        indices = [i for _, i in recorder.loads + recorder.stores]
+        loop = simplify_loops(node.layout.size, variables, indices)
+        rloop = simplify_loops(rsizes, rvariables, indices, prefix="r")
+        bare = SchedulerNode(
+            node, variables, rvariables, loop, rloop, frozenset(), frozenset()
+        )
 
         def deps(found):
-            return frozenset(MemoryDep(n, loop.rewrite(i, variables)) for n, i in found)
+            return frozenset(MemoryDep(n, bare.rewrite_index(i)) for n, i in found)
 
-        return SchedulerNode(
-            node, variables, loop, deps(recorder.loads), deps(recorder.stores)
+        return dataclasses.replace(
+            bare, reads=deps(recorder.loads), writes=deps(recorder.stores)
         )
+
+    def rewrite_index(self, index: sympy.Expr) -> sympy.Expr:
+        """An index over this node's variables, in the merged x and r variables."""
+        merged = self.loop.rewrite(index, self.index_vars)
+        return self.rloop.rewrite(merged, self.rindex_vars)
+
+    def is_reduction(self) -> bool:
+        return self.node.is_reduction()
 
     def get_name(self) -> str:
         return self.node.name
@@ -97,15 +117,22 @@ class SchedulerNode(BaseSchedulerNode):
         return (self,)
 
     @property
-    def group(self) -> tuple[torch.device, sympy.Expr]:
-        return (self.node.get_device(), product(self.loop.sizes))
+    def group(self) -> tuple[torch.device, sympy.Expr, sympy.Expr]:
+        return (
+            self.node.get_device(),
+            product(self.loop.sizes),
+            product(self.rloop.sizes),
+        )
 
     @property
     def origins(self) -> frozenset[str]:
         return self.node.origins
 
     def __repr__(self) -> str:
-        return f"SchedulerNode({self.get_name()}, sizes={list(self.loop.sizes)})"
+        sizes = f"sizes={list(self.loop.sizes)}"
+        if self.is_reduction():
+            sizes += f", rsizes={list(self.rloop.sizes)}"
+        return f"SchedulerNode({self.get_name()}, {sizes})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,6 +189,10 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return self.snodes[0].loop
 
     @property
+    def rloop(self) -> SimplifiedLoop:
+        return self.snodes[0].rloop
+
+    @property
     def group(self):
         return self.snodes[0].group
 
@@ -180,6 +211,11 @@ fusion_rules: list[FusionRule] = []
 def register_fusion_rule(rule: FusionRule) -> FusionRule:
     fusion_rules.append(rule)
     return rule
+
+
+def _numel(node: BaseSchedulerNode) -> str:
+    _, numel, rnumel = node.group
+    return str(numel) if rnumel == 1 else f"{numel}x{rnumel}"
 
 
 class Scheduler:
@@ -206,16 +242,22 @@ class Scheduler:
                 return False, f"{node.get_name()} is an extern kernel"
         if a.group[0] != b.group[0]:
             return False, f"different devices: {a.group[0]} vs {b.group[0]}"
-        if a.group[1] != b.group[1]:
-            return False, f"different numel: {a.group[1]} vs {b.group[1]}"
-        if a.loop.sizes != b.loop.sizes:
+        if a.group[1:] != b.group[1:]:
+            return False, f"different numel: {_numel(a)} vs {_numel(b)}"
+        if (a.loop.sizes, a.rloop.sizes) != (b.loop.sizes, b.rloop.sizes):
             return (
                 False,
                 f"different loops: {list(a.loop.sizes)} vs {list(b.loop.sizes)}",
             )
         for first, second in ((a, b), (b, a)):
             written = {d.name: d for d in first.writes}
+            reduced = {m.get_name() for m in first.snodes if m.is_reduction()}
             for dep in second.reads:
+                if dep.name in reduced:
+                    return False, (
+                        f"{second.get_name()} reads {dep.name}, a reduction's result, "
+                        f"which is ready only after the whole loop"
+                    )
                 if dep.name in written and dep != written[dep.name]:
                     return False, (
                         f"{second.get_name()} reads {dep} but {first.get_name()} "

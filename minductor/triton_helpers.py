@@ -16,6 +16,12 @@ def minimum(a, b):
 
 
 @triton.jit
+def mul(a, b):
+    # a combine function for tl.reduce (prod)
+    return a * b
+
+
+@triton.jit
 def floordiv(a, b):
     # integer // in Triton truncates toward zero; Python and PyTorch floor
     quotient = a // b

@@ -46,6 +46,8 @@ class KernelCallLine:
     def codegen(self) -> str:
         args = ", ".join(self.kernel.call_args)
         meta = ", ".join(f"{k}={v}" for k, v in self.kernel.meta)
+        if "RBLOCK" in dict(self.kernel.meta):  # a reduction: its size goes too
+            meta = f"rnumel={self.kernel.rnumel}, {meta}"
         return f"launch({self.kernel_name}, {self.kernel.numel}, {args}, {meta})"
 
     def uses(self) -> tuple[str, ...]:

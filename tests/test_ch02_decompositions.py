@@ -111,6 +111,18 @@ CASES = {
         ((mixed(), 0.5, 1), {}),
         ((torch.tensor([9.99, 10.0, 10.01, 1e4, -1e4]), 2, 20), {}),
     ],
+    aten.mean.default: [
+        ((rand(7, 5),), {}),
+        ((rand(7, 5).half(),), {}),
+        ((rand(3, 4).int(),), {"dtype": torch.float32}),
+    ],
+    aten.mean.dim: [
+        ((rand(7, 5), [1]), {}),
+        ((rand(7, 5), [0], True), {}),
+        ((rand(2, 3, 4), [0, 2]), {}),
+        ((rand(6, 9).half(), [1], True), {}),
+        ((rand(2, 0), [1]), {}),  # empty: nan, as in eager
+    ],
 }
 
 

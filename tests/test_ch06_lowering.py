@@ -122,9 +122,16 @@ def _pointwise_overloads():
         positional = [a for a in schema.arguments if not a.kwarg_only]
         kinds = [str(a.type) for a in positional]
         allowed = {"Tensor", "number", "Optional[number]", "Optional[Tensor]"}
-        if "Tensor" in kinds and set(kinds) <= allowed:
+        if "Tensor" in kinds and set(kinds) <= allowed and op not in REDUCTIONS:
             found.append(op)
     return found
+
+
+# reductions are lowered too but are not elementwise; tests/test_reductions.py has them
+REDUCTIONS = {
+    aten.sum.default, aten.prod.default, aten.amax.default, aten.amin.default,
+    aten.max.default, aten.min.default, aten.any.default, aten.all.default,
+}
 
 
 POINTWISE = _pointwise_overloads()

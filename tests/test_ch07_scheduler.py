@@ -68,7 +68,7 @@ def test_contiguous_node_reads_and_writes_in_one_merged_variable():
         MemoryDep("c_1", x0),
     }
     assert node.writes == {MemoryDep("buf0", x0)}
-    assert node.group == (cpu, 2145)
+    assert node.group == (cpu, 2145, 1)  # (device, numel, rnumel)
 
 
 def test_broadcast_node_keeps_two_variables():

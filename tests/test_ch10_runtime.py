@@ -150,7 +150,7 @@ def test_launch_keeps_one_launcher_per_kernel_and_grid():
         launch(kernel, 10, XBLOCK=8, num_warps=1)
     launch(kernel, 100, XBLOCK=8, num_warps=1)
     mine = {key for key in runtime._launchers if key[0] == id(kernel)}
-    assert mine == {(id(kernel), 10, 8), (id(kernel), 100, 8)}
+    assert mine == {(id(kernel), (10,), 8, None), (id(kernel), (100,), 8, None)}
     # in the interpreter there is no binary: every launch takes Triton's generic path
     assert kernel.grids == [(2,), (2,), (2,), (13,)]
     assert [c[1][-1] for c in kernel.calls] == [10, 10, 10, 100]  # xnumel comes last
@@ -165,7 +165,7 @@ def test_direct_launch_never_serves_an_unaligned_pointer():
         out.fill_(-7.0)
         launch(_double, 1000, x, out, XBLOCK=256, num_warps=4)
         torch.testing.assert_close(out, x * 2)
-    launcher = runtime._launchers[(id(_double), 1000, 256)]
+    launcher = runtime._launchers[(id(_double), (1000,), 256, None)]
     assert launcher.binary is not None  # the aligned calls went the direct way
 
 
