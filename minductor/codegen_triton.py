@@ -118,9 +118,10 @@ def kernel_kind(rsizes, rnumel: int) -> str:
 REDUCTIONS = {
     "sum": ("{} + {}", "tl.sum({}, 1)[:, None]"),
     "prod": ("{} * {}", "tl.reduce({}, 1, helpers.mul)[:, None]"),
-    "max": ("helpers.maximum({}, {})", "tl.reduce({}, 1, helpers.maximum)[:, None]"),
-    "min": ("helpers.minimum({}, {})", "tl.reduce({}, 1, helpers.minimum)[:, None]"),
+    "max": ("helpers.maximum({}, {})", "helpers.max_with_nan({}, 1)[:, None]"),
+    "min": ("helpers.minimum({}, {})", "helpers.min_with_nan({}, 1)[:, None]"),
 }
+INTEGER_FINALS = {"max": "tl.max({}, 1)[:, None]", "min": "tl.min({}, 1)[:, None]"}
 
 
 def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
@@ -133,10 +134,15 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
     return str(info.min if lowest else info.max)
 
 
-def reduction_config(numel: int, rnumel: int, kind: str) -> dict[str, int]:
+def reduction_config(
+    numel: int, rnumel: int, kind: str, interpret: bool = False
+) -> dict[str, int]:
     """Block sizes for a reduction: the whole row if persistent, else 1024 chunks."""
     rblock = _next_power_of_2(rnumel) if kind == "per" else 1024
-    xblock = min(_next_power_of_2(max(numel, 1)), max(1, 4096 // rblock))
+    # a GPU program keeps its tile in registers; the interpreter pays per program
+    # instead, so it takes tiles 16 times larger
+    budget = 65536 if interpret else 4096
+    xblock = min(_next_power_of_2(max(numel, 1)), max(1, budget // rblock))
     num_warps = max(1, min(8, xblock * rblock // 256))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
 
@@ -281,6 +287,8 @@ class KernelOpsHandler:
             return value
         identity = reduction_identity(reduction_type, src_dtype)
         combine, final = REDUCTIONS[reduction_type]
+        if not src_dtype.is_floating_point:
+            final = INTEGER_FINALS.get(reduction_type, final)
         spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         if k.kind == "per":  # the whole row is in registers: mask, then reduce
             masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
@@ -335,7 +343,7 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     if kernel.kind == "poi":
         meta = pointwise_config(kernel.numel)
     else:
-        meta = reduction_config(kernel.numel, kernel.rnumel, kernel.kind)
+        meta = reduction_config(kernel.numel, kernel.rnumel, kernel.kind, interpret)
     int64 = kernel.numel * kernel.rnumel >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]

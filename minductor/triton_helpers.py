@@ -16,6 +16,19 @@ def minimum(a, b):
 
 
 @triton.jit
+def max_with_nan(x, axis: tl.constexpr):
+    # tl.max may drop NaNs; eager's max returns NaN if any element is NaN
+    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
+    return tl.where(has_nan, float("nan"), tl.max(x, axis))
+
+
+@triton.jit
+def min_with_nan(x, axis: tl.constexpr):
+    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
+    return tl.where(has_nan, float("nan"), tl.min(x, axis))
+
+
+@triton.jit
 def mul(a, b):
     # a combine function for tl.reduce (prod)
     return a * b

@@ -1,6 +1,6 @@
-"""Pointwise benchmarks on a CUDA GPU: eager vs minductor vs TorchInductor.
+"""Benchmarks on a CUDA GPU: eager vs minductor vs TorchInductor.
 
-Run on the device machine: `PYTHONPATH=$PWD python tools/bench_pointwise.py`.
+Run on the device machine: `PYTHONPATH=$PWD python tools/bench.py`.
 Prints a markdown table (median of triton.testing.do_bench) that goes into
 chapters/performance.md with the date and the device.
 """
@@ -43,6 +43,11 @@ def cases():
     yield "10-op chain", chain10, [r(N)], 2
     yield "two outputs", two_outputs, [r(N), r(N)], 4
     yield "a*b+c, 1 element", add_mul, [r(1), r(1), r(1)], 4
+    yield "x.sum(1), 8192x2048", lambda x: x.sum(1), [r(8192, 2048)], 1
+    yield "x.amax(1), 8192x1024", lambda x: x.amax(1), [r(8192, 1024)], 1
+    yield "(x*y).sum(1), 8192x1024", lambda x, y: (x * y).sum(1), [r(8192, 1024), r(1024)], 1
+    yield "x.sum(0), 4096x8192", lambda x: x.sum(0), [r(4096, 8192)], 1
+    yield "x.sum(1), 1024x32768 (looped)", lambda x: x.sum(1), [r(1024, 32768)], 1
 
 
 def main():

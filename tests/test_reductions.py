@@ -1,0 +1,162 @@
+"""Reductions end to end: eager's values and dtypes, and the kernels they become."""
+
+import os
+
+import pytest
+import torch
+
+import minductor  # noqa: F401  (registers the backend)
+from minductor.capture import record_compiled
+
+pytestmark = pytest.mark.e2e
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICES = [
+    pytest.param(
+        "cpu",
+        id="cpu",
+        marks=pytest.mark.skipif(not INTERPRET, reason="CPU kernels need the interpreter"),
+    ),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
+]
+
+
+def run(fn, *args, atol=1e-4, rtol=1e-4):
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*args)
+    expected = fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    exps = expected if isinstance(expected, tuple) else (expected,)
+    for o, e in zip(outs, exps, strict=True):
+        assert (o.dtype, o.shape) == (e.dtype, e.shape)
+        torch.testing.assert_close(o, e, atol=atol, rtol=rtol, equal_nan=True)
+    kernels = [k for g in graphs for k in g.kernel_names]
+    fallbacks = [f for g in graphs for f in g.fallbacks]
+    return kernels, fallbacks
+
+
+def randn(*shape, device, dtype=torch.float32):
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+CASES = {
+    # name: (fn, input factory, expected kernel name prefixes)
+    "sum_inner_33x65": (lambda x: x.sum(1), lambda d: [randn(33, 65, device=d)], ["per"]),
+    "sum_outer_33x65": (lambda x: x.sum(0), lambda d: [randn(33, 65, device=d)], ["per"]),
+    "sum_all": (lambda x: x.sum(), lambda d: [randn(33, 65, device=d)], ["red"]),
+    "sum_middle_keepdim": (
+        lambda x: x.sum(1, keepdim=True), lambda d: [randn(3, 5, 7, device=d)], ["per"]
+    ),
+    "sum_two_dims": (lambda x: x.sum((0, 2)), lambda d: [randn(3, 5, 7, device=d)], ["per"]),
+    "reduce_size_1": (lambda x: x.sum(1), lambda d: [randn(7, 1, device=d)], ["poi"]),
+    "reduce_size_7": (lambda x: x.amax(1), lambda d: [randn(5, 7, device=d)], ["per"]),
+    "reduce_size_1000": (lambda x: x.sum(1), lambda d: [randn(3, 1000, device=d)], ["per"]),
+    "looped_above_persistent_limit": (
+        lambda x: x.sum(1), lambda d: [randn(5, 1823, device=d)], ["red"]
+    ),
+    "triton_tutorial_shape": (
+        lambda x: (x * 2).amax(1), lambda d: [randn(1823, 781, device=d)], ["per"]
+    ),
+    "empty_sum": (lambda x: x.sum(1), lambda d: [randn(3, 0, device=d)], ["per"]),
+    "nan_and_inf_in_max_min": (
+        lambda x: (x.amax(1), x.amin(1), x.amax(0)),
+        lambda d: [
+            torch.tensor(
+                [[1.0, float("nan"), 3.0], [1.0, 2.0, float("inf")], [-float("inf"), 0, 1]],
+                device=d,
+            )
+        ],
+        ["per"],
+    ),
+    "int_sum_is_int64": (
+        lambda x: x.sum(1), lambda d: [torch.randint(-5, 5, (7, 9), device=d)], ["per"]
+    ),
+    "int32_sum_is_int64": (
+        lambda x: x.sum(), lambda d: [torch.randint(-5, 5, (7, 9), device=d).int()], ["per"]
+    ),
+    "bool_sum_counts": (lambda x: (x > 0).sum(1), lambda d: [randn(7, 9, device=d)], ["per"]),
+    "int_max_looped": (
+        lambda x: x.amax(1), lambda d: [torch.randint(-100, 100, (3, 3000), device=d)], ["red"]
+    ),
+    "prod": (lambda x: x.prod(1), lambda d: [randn(4, 6, device=d)], ["per"]),
+    "any_all": (
+        lambda x: (x.any(1), x.all(0)),
+        lambda d: [torch.randint(0, 2, (5, 6), device=d)],
+        ["per", "per"],
+    ),
+    "full_max_min": (
+        lambda x: (torch.max(x), torch.min(x)), lambda d: [randn(6, 7, device=d)], ["per"]
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reduction_matches_eager(case, device):
+    fn, make, kinds = CASES[case]
+    torch.manual_seed(0)
+    kernels, fallbacks = run(fn, *make(device))
+    assert fallbacks == []
+    assert [k.split("_")[1] for k in kernels] == kinds
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype,shape,tol",
+    [(torch.float16, (7, 1000), 1e-2), (torch.bfloat16, (3, 3000), 2e-2)],
+    ids=["fp16_persistent", "bf16_looped"],
+)
+def test_half_inputs_accumulate_in_float32(device, dtype, shape, tol):
+    x = randn(*shape, device=device, dtype=dtype)
+    kernels, _ = run(lambda x: x.sum(1), x, atol=tol * shape[1] ** 0.5, rtol=tol)
+    assert len(kernels) == 1
+    # float32 accumulation: compare with a float64 reference rounded once
+    torch._dynamo.reset()
+    got = torch.compile(lambda x: x.sum(1), backend="minductor")(x)
+    exact = x.double().sum(1).to(dtype)
+    torch.testing.assert_close(got, exact, atol=0, rtol=tol / 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pointwise_producers_inline_into_the_reduction(device):
+    x, y = randn(33, 65, device=device), randn(65, device=device)
+    kernels, _ = run(lambda x, y: (x * y + 1).sum(1), x, y)
+    assert kernels == ["triton_per_fused_add_mul_sum_0"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reductions_of_one_input_fuse_horizontally(device):
+    x = randn(33, 65, device=device)
+    kernels, _ = run(lambda x: (x.sum(1), x.amax(1)), x)
+    assert kernels == ["triton_per_fused_amax_sum_0"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_consumer_of_a_reduction_is_not_fused_into_it(device):
+    x = randn(33, 65, device=device)
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        torch.compile(lambda x: x.sum(1) * 2, backend="minductor")(x)
+    assert graphs[0].kernel_names == ["triton_per_fused_sum_0", "triton_poi_fused_mul_1"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mean_in_half_precision_rounds_once(device):
+    x = randn(9, 13, device=device, dtype=torch.float16)
+    run(lambda x: x.mean(-1), x, atol=1e-3, rtol=1e-3)
+
+
+def test_max_over_nothing_is_eagers_error():
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="zero-size dimension"):
+        torch.compile(lambda x: x.amax(1), backend="minductor")(torch.randn(3, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_through_a_reduction(device):
+    x = randn(7, 9, device=device).requires_grad_()
+    torch._dynamo.reset()
+    loss = torch.compile(lambda x: (x.sin() * 2).sum(), backend="minductor")(x)
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
