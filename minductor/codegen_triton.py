@@ -135,7 +135,7 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
 
 
 def reduction_config(
-    numel: int, rnumel: int, kind: str, interpret: bool = False
+    numel: int, rnumel: int, kind: str, interpret: bool = False, inner: bool = True
 ) -> dict[str, int]:
     """Block sizes for a reduction: the whole row if persistent, else 1024 chunks."""
     rblock = _next_power_of_2(rnumel) if kind == "per" else 1024
@@ -143,6 +143,8 @@ def reduction_config(
     # instead, so it takes tiles 16 times larger
     budget = 65536 if interpret else 4096
     xblock = min(_next_power_of_2(max(numel, 1)), max(1, budget // rblock))
+    if kind == "red" and inner and not interpret:
+        xblock = 1  # one long contiguous row per program streams best (H200 sweep)
     num_warps = max(1, min(8, xblock * rblock // 256))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
 
@@ -343,7 +345,9 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     if kernel.kind == "poi":
         meta = pointwise_config(kernel.numel)
     else:
-        meta = reduction_config(kernel.numel, kernel.rnumel, kernel.kind, interpret)
+        meta = reduction_config(
+            kernel.numel, kernel.rnumel, kernel.kind, interpret, _is_inner(node)
+        )
     int64 = kernel.numel * kernel.rnumel >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
@@ -361,6 +365,19 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
         tuple(meta.items()),
         kernel.rnumel if kernel.kind != "poi" else 1,
     )
+
+
+def _is_inner(node: BaseSchedulerNode) -> bool:
+    """Do the reduction's loads walk memory contiguously along the reduced dimension?"""
+    for member in node.snodes:
+        if not member.rloop.variables:
+            continue
+        r0 = member.rloop.variables[-1]  # innermost
+        for dep in member.reads:
+            if hasattr(dep, "index") and r0 in dep.index.free_symbols:
+                if sympy.diff(dep.index, r0) != 1:
+                    return False
+    return True
 
 
 def _kernel_body(kernel: TritonKernel, pid: str) -> list[str]:
