@@ -86,12 +86,13 @@ class IRNode:
 
 
 @dataclass(frozen=True, eq=False)
-class Pointwise(IRNode):
+class Loops(IRNode):
+    """A loop body over `ranges`: what Pointwise and Reduction have in common."""
+
     device: torch.device
     dtype: torch.dtype
-    inner_fn: InnerFn
+    inner_fn: Callable[..., Any]
     ranges: tuple[sympy.Expr, ...]
-    origins: frozenset[str] = frozenset()
 
     def get_size(self):
         return self.ranges
@@ -101,6 +102,11 @@ class Pointwise(IRNode):
 
     def get_device(self):
         return self.device
+
+
+@dataclass(frozen=True, eq=False)
+class Pointwise(Loops):
+    origins: frozenset[str] = frozenset()
 
     def make_loader(self) -> InnerFn:
         return self.inner_fn
@@ -125,24 +131,12 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min")
 
 
 @dataclass(frozen=True, eq=False)
-class Reduction(IRNode):
-    device: torch.device
-    dtype: torch.dtype
-    inner_fn: Callable[[Index, Index], Any]
-    ranges: tuple[sympy.Expr, ...]
+class Reduction(Loops):
+    # inner_fn takes (index, reduction index)
     reduction_ranges: tuple[sympy.Expr, ...]
     reduction_type: str
     src_dtype: torch.dtype
     origins: frozenset[str] = frozenset()
-
-    def get_size(self):
-        return self.ranges
-
-    def get_dtype(self):
-        return self.dtype
-
-    def get_device(self):
-        return self.device
 
     def make_loader(self) -> InnerFn:
         raise AssertionError("a Reduction is realized before anything reads it")
