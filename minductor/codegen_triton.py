@@ -277,7 +277,8 @@ class KernelOpsHandler:
         if name in self.kernel.removed_buffers:
             return
         ptr = self.kernel.args.output(name)
-        self.kernel.lines.append(f"tl.store({ptr} + ({index_s}), {value}, xmask)")
+        mask = self.kernel.mask(self.node.rewrite_index(index))
+        self.kernel.lines.append(f"tl.store({ptr} + ({index_s}), {value}, {mask})")
 
     def index_expr(self, expr, dtype):
         index_s = self._index(expr)
@@ -306,6 +307,8 @@ class KernelOpsHandler:
     def store_reduction(self, name, index, value):
         index_s = self._index(index)
         self.kernel.store_cache[(name, index_s)] = value
+        if name in self.kernel.removed_buffers:
+            return
         ptr = self.kernel.args.output(name)
         line = f"tl.store({ptr} + ({index_s}), {value}, xmask)"
         after = value in self.kernel.after_loop
@@ -341,7 +344,7 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     kernel = TritonKernel(node.loop.sizes, removed, overrides, node.rloop.sizes)
     for member in node.snodes:
         with set_handler(KernelOpsHandler(kernel, member)):
-            member.node.store_output(member.index_vars, member.rindex_vars)
+            member.run_body()
     if kernel.kind == "poi":
         meta = pointwise_config(kernel.numel)
     else:

@@ -136,6 +136,28 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     return (total / count).to(out)
 
 
+def _upcast(x):
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    return x.to(torch.float32) if half else x
+
+
+@register_decomposition(aten._softmax)
+def softmax(x, dim, half_to_float):
+    # subtract the row maximum first, so exp never overflows
+    xf = _upcast(x)
+    e = torch.exp(xf - torch.amax(xf, dim, keepdim=True))
+    out = e / torch.sum(e, dim, keepdim=True)
+    return out if half_to_float else out.to(x.dtype)
+
+
+@register_decomposition(aten._log_softmax)
+def log_softmax(x, dim, half_to_float):
+    xf = _upcast(x)
+    shifted = xf - torch.amax(xf, dim, keepdim=True)
+    out = shifted - torch.log(torch.sum(torch.exp(shifted), dim, keepdim=True))
+    return out if half_to_float else out.to(x.dtype)
+
+
 @register_decomposition(aten.softplus)
 def softplus(x, beta=1, threshold=20):
     scaled = x * beta

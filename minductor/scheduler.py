@@ -9,6 +9,7 @@ from typing import Callable
 import sympy
 import torch
 
+from minductor.config import config
 from minductor.ir import Buffer, ComputedBuffer, FallbackKernel, MultiOutput
 from minductor.lowering import GraphLowering
 from minductor.ops import NullHandler, set_handler
@@ -80,15 +81,22 @@ class SchedulerNode(BaseSchedulerNode):
     writes: frozenset[Dep]
 
     @staticmethod
-    def create(node: ComputedBuffer) -> SchedulerNode:
-        variables = tuple(index_vars(len(node.layout.size)))
-        rsizes = node.data.reduction_ranges if node.is_reduction() else ()
+    def create(node: ComputedBuffer, cut: int | None = None) -> SchedulerNode:
+        """`cut` splits a pointwise node's dims into outputs and a reduced-like tail."""
+        size = node.layout.size
+        if node.is_reduction():
+            xsizes, rsizes = size, node.data.reduction_ranges
+        elif cut is None:
+            xsizes, rsizes = size, ()
+        else:
+            xsizes, rsizes = size[:cut], size[cut:]
+        variables = tuple(index_vars(len(xsizes)))
         rvariables = tuple(index_vars(len(rsizes), "r"))
         recorder = RecordingHandler()
         with set_handler(recorder):
-            node.store_output(variables, rvariables)
+            _run_body(node, variables, rvariables)
         indices = [i for _, i in recorder.loads + recorder.stores]
-        loop = simplify_loops(node.layout.size, variables, indices)
+        loop = simplify_loops(xsizes, variables, indices)
         rloop = simplify_loops(rsizes, rvariables, indices, prefix="r")
         bare = SchedulerNode(
             node, variables, rvariables, loop, rloop, frozenset(), frozenset()
@@ -100,6 +108,20 @@ class SchedulerNode(BaseSchedulerNode):
         return dataclasses.replace(
             bare, reads=deps(recorder.loads), writes=deps(recorder.stores)
         )
+
+    def run_body(self) -> None:
+        """Run the body under the current handler, with this node's variables."""
+        _run_body(self.node, self.index_vars, self.rindex_vars)
+
+    def split(self, numel: sympy.Expr, rnumel: sympy.Expr) -> SchedulerNode | None:
+        """This pointwise node iterating as numel outputs x rnumel, if dims allow."""
+        if self.is_reduction():
+            return None
+        size = self.node.layout.size
+        for cut in range(len(size) + 1):
+            if product(size[:cut]) == numel and product(size[cut:]) == rnumel:
+                return SchedulerNode.create(self.node, cut)
+        return None
 
     def rewrite_index(self, index: sympy.Expr) -> sympy.Expr:
         """An index over this node's variables, in the merged x and r variables."""
@@ -133,6 +155,13 @@ class SchedulerNode(BaseSchedulerNode):
         if self.is_reduction():
             sizes += f", rsizes={list(self.rloop.sizes)}"
         return f"SchedulerNode({self.get_name()}, {sizes})"
+
+
+def _run_body(node: ComputedBuffer, variables, rvariables) -> None:
+    if node.is_reduction():
+        node.store_output(variables, rvariables)
+    else:  # a pointwise body split for a reduction kernel takes both as one index
+        node.store_output(tuple(variables) + tuple(rvariables))
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,16 +214,21 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return "_".join(n.get_name() for n in self.snodes)
 
     @property
+    def leader(self) -> SchedulerNode:
+        """The member whose loops the kernel uses: a reduction, if there is one."""
+        return max(self.snodes, key=lambda n: n.group[2])
+
+    @property
     def loop(self) -> SimplifiedLoop:
-        return self.snodes[0].loop
+        return self.leader.loop
 
     @property
     def rloop(self) -> SimplifiedLoop:
-        return self.snodes[0].rloop
+        return self.leader.rloop
 
     @property
     def group(self):
-        return self.snodes[0].group
+        return self.leader.group
 
     @property
     def origins(self) -> frozenset[str]:
@@ -242,8 +276,10 @@ class Scheduler:
                 return False, f"{node.get_name()} is an extern kernel"
         if a.group[0] != b.group[0]:
             return False, f"different devices: {a.group[0]} vs {b.group[0]}"
-        if a.group[1:] != b.group[1:]:
+        aligned = self.align(a, b)
+        if aligned is None:
             return False, f"different numel: {_numel(a)} vs {_numel(b)}"
+        a, b = aligned
         if (a.loop.sizes, a.rloop.sizes) != (b.loop.sizes, b.rloop.sizes):
             return (
                 False,
@@ -253,10 +289,10 @@ class Scheduler:
             written = {d.name: d for d in first.writes}
             reduced = {m.get_name() for m in first.snodes if m.is_reduction()}
             for dep in second.reads:
-                if dep.name in reduced:
+                if dep.name in reduced and not self._persistent(first):
                     return False, (
                         f"{second.get_name()} reads {dep.name}, a reduction's result, "
-                        f"which is ready only after the whole loop"
+                        f"which a looped kernel has only after its loop"
                     )
                 if dep.name in written and dep != written[dep.name]:
                     return False, (
@@ -271,6 +307,33 @@ class Scheduler:
         if through:
             return False, f"fusing would create a cycle through {through}"
         return True, "ok"
+
+
+    def _persistent(self, node: BaseSchedulerNode) -> bool:
+        return node.group[2] <= config.persistent_reduction_limit
+
+    def align(self, a: BaseSchedulerNode, b: BaseSchedulerNode):
+        """(a, b) with equal groups, splitting a pointwise side if needed, or None."""
+        if a.group[1:] == b.group[1:]:
+            return a, b
+        for pointwise, reduction in ((a, b), (b, a)):
+            _, numel, rnumel = reduction.group
+            if (
+                pointwise.group[2] != 1
+                or rnumel == 1
+                or not self._persistent(reduction)
+            ):
+                continue
+            if pointwise.group[1] != numel * rnumel:
+                continue
+            members = [m.split(numel, rnumel) for m in pointwise.snodes]
+            if not all(members):
+                continue
+            split = (
+                members[0] if len(members) == 1 else FusedSchedulerNode(tuple(members))
+            )
+            return (split, reduction) if pointwise is a else (reduction, split)
+        return None
 
 
     def _producers(self) -> dict[str, BaseSchedulerNode]:
@@ -351,7 +414,7 @@ class Scheduler:
             if not ok:
                 self._log(f"cannot fuse {a.get_name()} with {b.get_name()}: {reason}")
                 continue
-            fused = FusedSchedulerNode.fuse(a, b, self.order)
+            fused = FusedSchedulerNode.fuse(*self.align(a, b), self.order)
             self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {score[0]} bytes)")
             rest = [n for n in self.nodes if n is not a and n is not b]
             self.nodes = self._topological_sort(rest + [fused])

@@ -111,6 +111,15 @@ CASES = {
         ((mixed(), 0.5, 1), {}),
         ((torch.tensor([9.99, 10.0, 10.01, 1e4, -1e4]), 2, 20), {}),
     ],
+    aten._softmax.default: [
+        ((rand(7, 5), 1, False), {}),
+        ((rand(7, 5), 0, False), {}),
+        ((torch.tensor([[-inf, -inf], [1.0, -inf]]), 1, False), {}),
+    ],
+    aten._log_softmax.default: [
+        ((rand(7, 5), 1, False), {}),
+        ((rand(3, 4, 5), 0, False), {}),
+    ],  # float16 is checked end to end, with float16 tolerances (test_reductions.py)
     aten.mean.default: [
         ((rand(7, 5),), {}),
         ((rand(7, 5).half(),), {}),

@@ -160,3 +160,48 @@ def test_training_through_a_reduction(device):
     loss = torch.compile(lambda x: (x.sin() * 2).sum(), backend="minductor")(x)
     loss.backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_over_the_last_dim_is_one_kernel(device, fn):
+    x = randn(33, 65, device=device)
+    kernels, fallbacks = run(lambda x: fn(x, -1), x, atol=1e-5, rtol=1e-5)
+    assert fallbacks == [] and len(kernels) == 1 and kernels[0].startswith("triton_per_")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_fusion_log_and_source(device):
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        torch.compile(lambda x: torch.softmax(x, -1), backend="minductor")(
+            randn(33, 65, device=device)
+        )
+    (graph,) = graphs
+    assert graph.kernel_names == ["triton_per_fused_amax_div_exp_sub_sum_0"]
+    assert sum(line.startswith("fuse ") for line in graph.fusion_log) == 2
+    assert graph.source.count("tl.load(") == 1  # x is read once
+    assert graph.source.count("tl.store(") == 1  # and only the result is written
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "fn,shape,kernels",
+    [
+        (lambda x: torch.softmax(x, 0), (33, 65), 2),  # not the innermost dim: no cut
+        (lambda x: torch.softmax(x, -1), (3, 2000), 3),  # looped: no second loop yet
+        (lambda x: torch.softmax(x, -1).half(), (2, 5, 7), 1),
+        (lambda x: torch.log_softmax(x.half(), -1), (7, 100), 1),
+    ],
+    ids=["dim0", "looped", "3d", "fp16"],
+)
+def test_softmax_variants(device, fn, shape, kernels):
+    x = randn(*shape, device=device)
+    found, _ = run(fn, x, atol=2e-3, rtol=2e-3)
+    assert len(found) == kernels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_of_a_row_of_minus_infinity_is_nan_as_in_eager(device):
+    x = torch.tensor([[-float("inf")] * 3, [1.0, 2.0, -float("inf")]], device=device)
+    run(lambda x: torch.softmax(x, -1), x)
