@@ -24,7 +24,7 @@ class Config:
     # largest block a pointwise kernel uses (ch. 8)
     max_xblock: int = 1024
     # reductions over at most this many elements keep a whole row in registers (ch. 8)
-    persistent_reduction_limit: int = 1024
+    persistent_reduction_limit: int = 4096
     # where generated modules are written (ch. 10)
     cache_dir: str = field(default_factory=_default_cache_dir)
 

@@ -44,7 +44,8 @@ CASES = {
     # name: (fn, input factory, expected kernel name prefixes)
     "sum_inner_33x65": (lambda x: x.sum(1), lambda d: [randn(33, 65, device=d)], ["per"]),
     "sum_outer_33x65": (lambda x: x.sum(0), lambda d: [randn(33, 65, device=d)], ["per"]),
-    "sum_all": (lambda x: x.sum(), lambda d: [randn(33, 65, device=d)], ["red"]),
+    "sum_all": (lambda x: x.sum(), lambda d: [randn(33, 65, device=d)], ["per"]),
+    "sum_all_looped": (lambda x: x.sum(), lambda d: [randn(71, 73, device=d)], ["red"]),
     "sum_middle_keepdim": (
         lambda x: x.sum(1, keepdim=True), lambda d: [randn(3, 5, 7, device=d)], ["per"]
     ),
@@ -53,7 +54,7 @@ CASES = {
     "reduce_size_7": (lambda x: x.amax(1), lambda d: [randn(5, 7, device=d)], ["per"]),
     "reduce_size_1000": (lambda x: x.sum(1), lambda d: [randn(3, 1000, device=d)], ["per"]),
     "looped_above_persistent_limit": (
-        lambda x: x.sum(1), lambda d: [randn(5, 1823, device=d)], ["red"]
+        lambda x: x.sum(1), lambda d: [randn(5, 5000, device=d)], ["red"]
     ),
     "triton_tutorial_shape": (
         lambda x: (x * 2).amax(1), lambda d: [randn(1823, 781, device=d)], ["per"]
@@ -77,7 +78,7 @@ CASES = {
     ),
     "bool_sum_counts": (lambda x: (x > 0).sum(1), lambda d: [randn(7, 9, device=d)], ["per"]),
     "int_max_looped": (
-        lambda x: x.amax(1), lambda d: [torch.randint(-100, 100, (3, 3000), device=d)], ["red"]
+        lambda x: x.amax(1), lambda d: [torch.randint(-100, 100, (3, 5000), device=d)], ["red"]
     ),
     "prod": (lambda x: x.prod(1), lambda d: [randn(4, 6, device=d)], ["per"]),
     "any_all": (
@@ -104,7 +105,7 @@ def test_reduction_matches_eager(case, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "dtype,shape,tol",
-    [(torch.float16, (7, 1000), 1e-2), (torch.bfloat16, (3, 3000), 2e-2)],
+    [(torch.float16, (7, 1000), 1e-2), (torch.bfloat16, (3, 5000), 2e-2)],
     ids=["fp16_persistent", "bf16_looped"],
 )
 def test_half_inputs_accumulate_in_float32(device, dtype, shape, tol):
@@ -189,11 +190,12 @@ def test_softmax_fusion_log_and_source(device):
     "fn,shape,kernels",
     [
         (lambda x: torch.softmax(x, 0), (33, 65), 2),  # not the innermost dim: no cut
-        (lambda x: torch.softmax(x, -1), (3, 2000), 3),  # looped: no second loop yet
+        (lambda x: torch.softmax(x, -1), (3, 2000), 1),  # persistent up to 4096
+        (lambda x: torch.softmax(x, -1), (2, 5000), 3),  # looped: no second loop yet
         (lambda x: torch.softmax(x, -1).half(), (2, 5, 7), 1),
         (lambda x: torch.log_softmax(x.half(), -1), (7, 100), 1),
     ],
-    ids=["dim0", "looped", "3d", "fp16"],
+    ids=["dim0", "2000_wide", "looped", "3d", "fp16"],
 )
 def test_softmax_variants(device, fn, shape, kernels):
     x = randn(*shape, device=device)

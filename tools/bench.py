@@ -48,6 +48,9 @@ def cases():
     yield "(x*y).sum(1), 8192x1024", lambda x, y: (x * y).sum(1), [r(8192, 1024), r(1024)], 1
     yield "x.sum(0), 4096x8192", lambda x: x.sum(0), [r(4096, 8192)], 1
     yield "x.sum(1), 1024x32768 (looped)", lambda x: x.sum(1), [r(1024, 32768)], 1
+    yield "softmax, 8192x1024", lambda x: torch.softmax(x, -1), [r(8192, 1024)], 2
+    yield "softmax, 8192x2048", lambda x: torch.softmax(x, -1), [r(8192, 2048)], 2
+    yield "log_softmax, 8192x1024", lambda x: torch.log_softmax(x, -1), [r(8192, 1024)], 2
 
 
 def main():
