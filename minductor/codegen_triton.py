@@ -134,6 +134,73 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
     return str(info.min if lowest else info.max)
 
 
+def _best(reduction_type: str, dtype: torch.dtype) -> str:
+    """The final step of max/min, by dtype: a template over a [XBLOCK, RBLOCK] tile."""
+    if not dtype.is_floating_point:
+        return INTEGER_FINALS[reduction_type]
+    return REDUCTIONS[reduction_type][1]
+
+
+def arg_reduction(k, reduction_type: str, src_dtype, value: str, position: str):
+    """argmax/argmin: the first position that holds the row's best value."""
+    if k.kind == "poi":
+        return position
+    extremum = "max" if reduction_type == "argmax" else "min"
+    identity = reduction_identity(extremum, src_dtype)
+    value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
+    position = k.newvar(f"tl.broadcast_to({position}, [XBLOCK, RBLOCK])")
+    looped = k.kind == "red"
+    if looped:  # each lane keeps its best (value, position) across chunks
+        dtype = TRITON_DTYPES[src_dtype]
+        best = k.accumulator(f"tl.full([XBLOCK, RBLOCK], {identity}, {dtype})")
+        at = k.accumulator(f"tl.full([XBLOCK, RBLOCK], {LAST_POSITION}, tl.int64)")
+        takes = f"helpers.{reduction_type}_takes({value}, {position}, {best}, {at})"
+        take = k.newvar(f"xmask & rmask & {takes}")
+        k.lines.append(f"{best} = tl.where({take}, {value}, {best})")
+        k.lines.append(f"{at} = tl.where({take}, {position}, {at})")
+        value, position = best, at
+    else:
+        value = k.newvar(f"tl.where(xmask & rmask, {value}, {identity})")
+    winner = k.newvar(_best(extremum, src_dtype).format(value), looped)
+    first = f"helpers.first_position({value}, {position}, {winner})"
+    return k.newvar(first, looped)
+
+
+LAST_POSITION = 2**63 - 1  # loses every tie
+
+
+def welford_reduction(k, src_dtype, value: str):
+    """(mean, m2, count) of the values, in one pass over memory."""
+    dtype = TRITON_DTYPES[src_dtype]
+    if k.kind == "poi":  # one element: itself, no spread, a count of one
+        zero = k.newvar(f"tl.full([XBLOCK], 0, {dtype})")
+        return value, zero, k.newvar(f"tl.full([XBLOCK], 1, {dtype})")
+    value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
+    count = k.newvar(f"tl.sum(rmask.to({dtype}), 1)[:, None]")
+    if k.kind == "per":  # the row is in registers: two passes over them are free
+        masked = k.newvar(f"tl.where(xmask & rmask, {value}, 0)")
+        mean = k.newvar(f"tl.sum({masked}, 1)[:, None] / {count}")
+        deviation = k.newvar(f"tl.where(xmask & rmask, {value} - {mean}, 0)")
+        m2 = k.newvar(f"tl.sum({deviation} * {deviation}, 1)[:, None]")
+        return mean, m2, count
+    zeros = f"tl.zeros([XBLOCK, RBLOCK], {dtype})"
+    mean, m2, weight = (k.accumulator(zeros) for _ in range(3))
+    new_weight = k.newvar(f"{weight} + 1")
+    delta = k.newvar(f"{value} - {mean}")
+    new_mean = k.newvar(f"{mean} + {delta} / {new_weight}")
+    new_m2 = k.newvar(f"{m2} + {delta} * ({value} - {new_mean})")
+    for acc, new in ((mean, new_mean), (m2, new_m2), (weight, new_weight)):
+        k.lines.append(f"{acc} = tl.where(xmask & rmask, {new}, {acc})")
+    # combine the lanes: the total count, the weighted mean, and each lane's m2 plus
+    # its count times its mean's squared distance from the total mean
+    total = k.newvar(f"tl.sum({weight}, 1)[:, None]", True)
+    row_mean = k.newvar(f"tl.sum({weight} * {mean}, 1)[:, None] / {total}", True)
+    distance = k.newvar(f"{mean} - {row_mean}", True)
+    spread = f"{m2} + {weight} * {distance} * {distance}"
+    row_m2 = k.newvar(f"tl.sum({spread}, 1)[:, None]", True)
+    return row_mean, row_m2, total
+
+
 def reduction_config(
     numel: int, rnumel: int, kind: str, interpret: bool = False, inner: bool = True
 ) -> dict[str, int]:
@@ -199,18 +266,26 @@ class TritonKernel:
         self.prologue: list[str] = []  # before that loop: accumulators
         self.suffix: list[str] = []  # after it: final reductions and their stores
         self.after_loop: set[str] = set()  # tmps defined in the suffix
-        self.cse: dict[str, str] = {}
+        self.cse: dict[tuple[bool, str], str] = {}  # (after the loop?, expression)
         self.store_cache: dict[tuple[str, str], str] = {}
+        self.reduction_cache: dict[tuple[str, str], object] = {}
         self.variables = _symbols("x", len(self.sizes))
         self.rvariables = _symbols("r", len(self.rsizes))
 
     def newvar(self, expr: str, after_loop: bool = False) -> str:
-        if expr not in self.cse:
-            var = self.cse[expr] = f"tmp{len(self.cse)}"
+        key = (after_loop, expr)
+        if key not in self.cse:
+            var = self.cse[key] = f"tmp{len(self.cse)}"
             (self.suffix if after_loop else self.lines).append(f"{var} = {expr}")
             if after_loop:
                 self.after_loop.add(var)
-        return self.cse[expr]
+        return self.cse[key]
+
+    def accumulator(self, init: str) -> str:
+        """A tile declared before a looped kernel's loop."""
+        name = f"_acc{len(self.prologue)}"
+        self.prologue.append(f"{name} = {init}")
+        return name
 
     def index_str(self, index: sympy.Expr) -> str:
         if not index.free_symbols:
@@ -255,9 +330,10 @@ def _definitions(variables, sizes, base: str) -> list[str]:
 
 
 class KernelOpsHandler:
-    def __init__(self, kernel: TritonKernel, node: SchedulerNode):
+    def __init__(self, kernel: TritonKernel, node: SchedulerNode, after_loop=False):
         self.kernel = kernel
         self.node = node
+        self.after_loop = after_loop  # an epilogue of a looped reduction kernel
 
     def _index(self, index: sympy.Expr) -> str:
         return self.kernel.index_str(self.node.rewrite_index(index))
@@ -269,7 +345,8 @@ class KernelOpsHandler:
             return cached
         ptr = self.kernel.args.input(name)
         mask = self.kernel.mask(self.node.rewrite_index(index))
-        return self.kernel.newvar(f"tl.load({ptr} + ({index_s}), {mask})")
+        load = f"tl.load({ptr} + ({index_s}), {mask})"
+        return self.kernel.newvar(load, self.after_loop)
 
     def store(self, name, index, value):
         index_s = self._index(index)
@@ -278,14 +355,29 @@ class KernelOpsHandler:
             return
         ptr = self.kernel.args.output(name)
         mask = self.kernel.mask(self.node.rewrite_index(index))
-        self.kernel.lines.append(f"tl.store({ptr} + ({index_s}), {value}, {mask})")
+        line = f"tl.store({ptr} + ({index_s}), {value}, {mask})"
+        (self.kernel.suffix if self.after_loop else self.kernel.lines).append(line)
 
     def index_expr(self, expr, dtype):
         index_s = self._index(expr)
-        return self.kernel.newvar(f"({index_s}).to({TRITON_DTYPES[dtype]})")
+        cast = f"({index_s}).to({TRITON_DTYPES[dtype]})"
+        return self.kernel.newvar(cast, self.after_loop)
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
+        # the same body reduced the same way twice (a Welford pair, max and argmax
+        # of one row) is reduced once
+        key = (reduction_type, str(value))
+        cache = self.kernel.reduction_cache
+        if key not in cache:
+            cache[key] = self._reduce(src_dtype, reduction_type, value)
+        return cache[key]
+
+    def _reduce(self, src_dtype, reduction_type, value):
         k = self.kernel
+        if reduction_type in ("argmax", "argmin"):
+            return arg_reduction(k, reduction_type, src_dtype, *value)
+        if reduction_type == "welford_reduce":
+            return welford_reduction(k, src_dtype, value)
         if k.kind == "poi":  # every reduced dimension has size 1: nothing to combine
             return value
         identity = reduction_identity(reduction_type, src_dtype)
@@ -296,9 +388,8 @@ class KernelOpsHandler:
         if k.kind == "per":  # the whole row is in registers: mask, then reduce
             masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
             return k.newvar(final.format(masked))
-        acc = f"_acc{len(k.prologue)}"
-        k.prologue.append(
-            f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TRITON_DTYPES[src_dtype]})"
+        acc = k.accumulator(
+            f"tl.full([XBLOCK, RBLOCK], {identity}, {TRITON_DTYPES[src_dtype]})"
         )
         combined = k.newvar(combine.format(acc, spread))
         k.lines.append(f"{acc} = tl.where(xmask & rmask, {combined}, {acc})")
@@ -318,7 +409,9 @@ class KernelOpsHandler:
         method = getattr(self.kernel.overrides, name)
 
         def op(*args):
-            after = any(a in self.kernel.after_loop for a in args if isinstance(a, str))
+            after = self.after_loop or any(
+                a in self.kernel.after_loop for a in args if isinstance(a, str)
+            )
             return self.kernel.newvar(method(*args), after_loop=after)
 
         return op
@@ -343,7 +436,9 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     overrides = InterpreterOverrides if interpret else TritonOverrides
     kernel = TritonKernel(node.loop.sizes, removed, overrides, node.rloop.sizes)
     for member in node.snodes:
-        with set_handler(KernelOpsHandler(kernel, member)):
+        # a pointwise node over the outputs alone runs after a looped kernel's loop
+        epilogue = kernel.kind == "red" and not member.rloop.sizes
+        with set_handler(KernelOpsHandler(kernel, member, epilogue)):
             member.run_body()
     if kernel.kind == "poi":
         meta = pointwise_config(kernel.numel)

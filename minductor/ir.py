@@ -127,7 +127,7 @@ class Pointwise(Loops):
         )
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_reduce")
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,17 +137,26 @@ class Reduction(Loops):
     reduction_type: str
     src_dtype: torch.dtype
     origins: frozenset[str] = frozenset()
+    output_index: int = 0  # which result of a several-result reduction (Welford)
 
     def make_loader(self) -> InnerFn:
         raise AssertionError("a Reduction is realized before anything reads it")
 
+    def result_dtype(self) -> torch.dtype:
+        """The dtype `ops.reduction` returns: an index for argmax/argmin."""
+        is_arg = self.reduction_type in ("argmax", "argmin")
+        return torch.int64 if is_arg else self.src_dtype
+
     def __repr__(self) -> str:
         return (
             f"Reduction({self.device.type}, {_short(self.dtype)}, "
-            f"{self.reduction_type}, ranges={_ints(self.ranges)}, "
+            f"{self.reduction_type}{self._which()}, ranges={_ints(self.ranges)}, "
             f"reduction_ranges={_ints(self.reduction_ranges)}, "
             f"origins={sorted(self.origins)})"
         )
+
+    def _which(self) -> str:
+        return f"[{self.output_index}]" if self.reduction_type == "welford_reduce" else ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,7 +211,9 @@ class ComputedBuffer(Buffer):
         value = ops.reduction(
             r.dtype, r.src_dtype, r.reduction_type, r.inner_fn(index, rindex)
         )
-        if r.dtype != r.src_dtype:
+        if isinstance(value, tuple):  # a several-result reduction: keep ours
+            value = value[r.output_index]
+        if r.dtype != r.result_dtype():
             value = ops.to_dtype(value, r.dtype)
         ops.store_reduction(self.name, indexer(index), value)
 

@@ -23,11 +23,12 @@ from minductor.ir import (
     MultiOutput,
     MultiOutputLayout,
     Pointwise,
+    Index,
     Reduction,
     TensorBox,
 )
 from minductor.ops import ops
-from minductor.sizevars import SizeVarAllocator
+from minductor.sizevars import SizeVarAllocator, contiguous_strides, flat_index
 
 log = logging.getLogger("minductor")
 aten = torch.ops.aten
@@ -40,8 +41,11 @@ class Unsupported(Exception):
     """Raised by a lowering that declines an op; the op then falls back to ATen."""
 
 
-def register_lowering(*targets: OpOverload | OpOverloadPacket | Callable):
+def register_lowering(
+    *targets: OpOverload | OpOverloadPacket | Callable, graph: bool = False
+):
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.wants_graph = graph
         for target in targets:
             if isinstance(target, OpOverloadPacket):
                 for name in target.overloads():
@@ -520,7 +524,8 @@ def make_reduction(
     reduction_type: str,
     dtype: torch.dtype,
     acc_dtype: torch.dtype,
-    value_fn: Callable[[Any], Any] | None = None,
+    value_fn: Callable[[Any, Index], Any] | None = None,
+    output_index: int = 0,
 ) -> TensorBox:
     if x.get_dtype() not in SUPPORTED_DTYPES or dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"reduction of {x.get_dtype()} to {dtype}")
@@ -535,7 +540,7 @@ def make_reduction(
     else:
         ranges = tuple(size[d] for d in kept)
     reduction_ranges = tuple(size[d] for d in reduced)
-    if reduction_type in ("max", "min") and any(s == 0 for s in reduction_ranges):
+    if reduction_type not in ("sum", "prod") and 0 in reduction_ranges:
         raise Unsupported(f"{reduction_type} over zero elements")
     loader = x.make_loader()
 
@@ -548,7 +553,7 @@ def make_reduction(
             full[d] = r
         value = loader(full)
         if value_fn is not None:
-            return value_fn(value)
+            return value_fn(value, rindex)
         if x.get_dtype() != acc_dtype:
             value = ops.to_dtype(value, acc_dtype)
         return value
@@ -563,6 +568,7 @@ def make_reduction(
             reduction_type,
             acc_dtype,
             _origins([x]),
+            output_index,
         )
     )
 
@@ -601,7 +607,7 @@ register_lowering(aten.amin.default, aten.min.default)(_extremum("min"))
 
 def _truth(reduction_type: str) -> Callable[..., TensorBox]:
     def lowering(x, dim=None, keepdim=False):
-        def nonzero(v):
+        def nonzero(v, rindex):
             return ops.to_dtype(ops.ne(v, ops.constant(0, x.get_dtype())), torch.int8)
 
         return make_reduction(
@@ -613,6 +619,161 @@ def _truth(reduction_type: str) -> Callable[..., TensorBox]:
 
 register_lowering(aten.any.default, aten.any.dim, aten.any.dims)(_truth("max"))
 register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
+
+
+def _arg_extremum(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        if x.get_dtype() == torch.bool:
+            raise Unsupported(f"{reduction_type} of bool")
+        acc = _accumulator(x.get_dtype())
+        size = x.get_size()
+        rsizes = [size[d] for d in _reduced_dims(len(size), dim)]
+
+        def with_position(value, rindex):
+            position = flat_index(rindex, contiguous_strides(rsizes))
+            value = ops.to_dtype(value, acc) if acc != x.get_dtype() else value
+            return value, ops.index_expr(position, torch.int64)
+
+        return make_reduction(
+            x, dim, keepdim, reduction_type, torch.int64, acc, value_fn=with_position
+        )
+
+    return lowering
+
+
+register_lowering(aten.argmax)(_arg_extremum("argmax"))
+register_lowering(aten.argmin)(_arg_extremum("argmin"))
+
+
+@register_lowering(aten.max.dim)
+def max_dim(x, dim, keepdim=False):
+    return _extremum("max")(x, dim, keepdim), _arg_extremum("argmax")(x, dim, keepdim)
+
+
+@register_lowering(aten.min.dim)
+def min_dim(x, dim, keepdim=False):
+    return _extremum("min")(x, dim, keepdim), _arg_extremum("argmin")(x, dim, keepdim)
+
+
+def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, int]:
+    """The mean and m2 of x over dims (both realized), and the count."""
+    if not _is_float(x.get_dtype()):
+        raise Unsupported(f"variance of {x.get_dtype()}")
+    acc = _accumulator(x.get_dtype())
+    size = x.get_size()
+    count = math.prod(int(size[d]) for d in _reduced_dims(len(size), dims))
+    mean, m2 = (
+        make_reduction(x, dims, keepdim, "welford_reduce", acc, acc, output_index=k)
+        for k in (0, 1)
+    )
+    for box in (mean, m2):
+        graph.realize_intermediate(box)
+    return mean, m2, count
+
+
+def _variance(x, m2: TensorBox, count: int, correction, root: bool) -> TensorBox:
+    acc = m2.get_dtype()
+    correction = 1 if correction is None else correction
+    denominator = float(max(0, count - correction))
+
+    def finish(m):
+        var = ops.truediv(m, ops.constant(denominator, acc))
+        return ops.sqrt(var) if root else var
+
+    return pointwise(finish, [m2], dtypes=(acc, x.get_dtype()))
+
+
+def _moments(root: bool, with_mean: bool) -> Callable[..., Any]:
+    def lowering(graph, x, dim=None, *, correction=None, keepdim=False):
+        mean, m2, count = _welford(graph, x, dim, keepdim)
+        spread = _variance(x, m2, count, correction, root)
+        if not with_mean:
+            return spread
+        return spread, _convert(mean, x.get_dtype())
+
+    return lowering
+
+
+register_lowering(aten.var.correction, graph=True)(_moments(False, False))
+register_lowering(aten.std.correction, graph=True)(_moments(True, False))
+register_lowering(aten.var_mean.correction, graph=True)(_moments(False, True))
+register_lowering(aten.std_mean.correction, graph=True)(_moments(True, True))
+
+
+@register_lowering(aten.nll_loss_forward, graph=True)
+def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
+    if len(x.get_size()) != 2 or not _is_float(x.get_dtype()):
+        raise Unsupported("nll_loss over a batch of float rows only")
+    acc = _accumulator(x.get_dtype())
+    classes = int(x.get_size()[1])
+    long = torch.int64
+
+    def load_as(box: TensorBox, dtype: torch.dtype, index: Index) -> Any:
+        value = box.make_loader()(index)
+        return value if box.get_dtype() == dtype else ops.to_dtype(value, dtype)
+
+    def load_t(index):
+        return load_as(target, long, index)
+
+    def counts(t):  # 1 for a row that is not ignored
+        return ops.ne(t, ops.constant(ignore_index, long))
+
+    def picked(index, rindex, of_loss: bool):
+        (n,), (c,) = index, rindex
+        t = load_t([n])
+        hit = ops.logical_and(ops.eq(ops.index_expr(c, long), t), counts(t))
+        value = ops.constant(1.0, acc) if weight is None else load_as(weight, acc, [c])
+        if of_loss:
+            value = ops.mul(ops.neg(load_as(x, acc, [n, c])), value)
+        return ops.where(hit, value, ops.constant(0.0, acc))
+
+    def over_classes(of_loss: bool) -> TensorBox:
+        box = TensorBox(
+            Reduction(
+                x.get_device(),
+                acc,
+                lambda index, rindex: picked(index, rindex, of_loss),
+                x.get_size()[:1],
+                x.get_size()[1:],
+                "sum",
+                acc,
+                _origins([x]),
+            )
+        )
+        graph.realize_intermediate(box)
+        return box
+
+    def per_row(fn: Callable[[Index], Any]) -> TensorBox:
+        size = x.get_size()[:1]
+        return TensorBox(Pointwise(x.get_device(), acc, fn, size, _origins([x])))
+
+    load_loss = over_classes(True).make_loader()
+
+    def checked(index):  # a target neither a class nor ignore_index: NaN, see above
+        t = load_t(index)
+        outside = ops.logical_or(
+            ops.lt(t, ops.constant(0, long)), ops.ge(t, ops.constant(classes, long))
+        )
+        bad = ops.logical_and(outside, counts(t))
+        return ops.where(bad, ops.constant(float("nan"), acc), load_loss(index))
+
+    losses = per_row(checked)
+    if weight is None:
+        counted = per_row(lambda index: ops.to_dtype(counts(load_t(index)), acc))
+    else:
+        counted = over_classes(False)
+    if reduction == 0:  # "none"
+        zero = _constant_box(0.0, (), x.get_dtype(), x.get_device())
+        return _convert(losses, x.get_dtype()), zero
+    total = make_reduction(losses, [0], False, "sum", acc, acc)
+    total_weight = make_reduction(counted, [0], False, "sum", acc, acc)
+    for box in (total, total_weight):
+        graph.realize_intermediate(box)
+    if reduction == 2:  # "sum"
+        loss = _convert(total, x.get_dtype())
+    else:
+        loss = pointwise(ops.truediv, [total, total_weight], dtypes=(acc, x.get_dtype()))
+    return loss, _convert(total_weight, x.get_dtype())
 
 
 class MixedDeviceError(RuntimeError):
@@ -677,6 +838,8 @@ class GraphLowering(torch.fx.Interpreter):
         lowering = lowerings.get(target)
         if lowering is not None:
             try:
+                if getattr(lowering, "wants_graph", False):
+                    return lowering(self, *args, **kwargs)
                 return lowering(*args, **kwargs)
             except Unsupported as why:
                 return self.fallback(target, args, kwargs, reason=str(why))
@@ -746,21 +909,34 @@ class GraphLowering(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
         result = super().run_node(n)
-        if n.op == "call_function" and isinstance(result, TensorBox):
-            self._check_against_meta(n, result)
-            if isinstance(result.data, (Pointwise, Reduction)):
-                name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
-                result.data = dataclasses.replace(
-                    result.data, origins=result.data.origins | {name}
-                )
-            if isinstance(result.data, Reduction):
-                result.realize(self)  # nothing can read a reduction element-wise
-            elif isinstance(result.data, Pointwise):
-                self._maybe_realize(n, result)
+        if n.op != "call_function" or n.target is operator.getitem:
+            return result
+        metas = n.meta.get("val")
+        several = isinstance(result, tuple)
+        for k, box in enumerate(result if several else (result,)):
+            if not isinstance(box, TensorBox):
+                continue
+            self._check_against_meta(n, box, metas[k] if several else metas)
+            self._add_origin(box)
+            if isinstance(box.data, Reduction):
+                box.realize(self)  # nothing can read a reduction element-wise
+            elif isinstance(box.data, Pointwise):
+                self._maybe_realize(n, box)
         return result
 
-    def _check_against_meta(self, n: torch.fx.Node, box: TensorBox) -> None:
-        meta = n.meta.get("val")
+    def _add_origin(self, box: TensorBox) -> None:
+        if isinstance(box.data, (Pointwise, Reduction)):
+            target = self.current_node.target
+            name = getattr(target, "__name__", str(target)).split(".")[0]
+            origins = box.data.origins | {name}
+            box.data = dataclasses.replace(box.data, origins=origins)
+
+    def realize_intermediate(self, box: TensorBox) -> Buffer:
+        """Store a value that a lowering goes on to read (a graph=True lowering)."""
+        self._add_origin(box)
+        return box.realize(self)
+
+    def _check_against_meta(self, n: torch.fx.Node, box: TensorBox, meta) -> None:
         if not isinstance(meta, torch.Tensor):
             return
         size = tuple(int(s) for s in box.get_size())

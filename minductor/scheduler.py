@@ -157,6 +157,11 @@ class SchedulerNode(BaseSchedulerNode):
         return f"SchedulerNode({self.get_name()}, {sizes})"
 
 
+def _after_loop_value(node: SchedulerNode) -> bool:
+    """Is node's result computed after a looped kernel's loop (not during it)?"""
+    return node.is_reduction() or not node.rloop.sizes
+
+
 def _run_body(node: ComputedBuffer, variables, rvariables) -> None:
     if node.is_reduction():
         node.store_output(variables, rvariables)
@@ -252,6 +257,11 @@ def _numel(node: BaseSchedulerNode) -> str:
     return str(numel) if rnumel == 1 else f"{numel}x{rnumel}"
 
 
+def _loops(node: BaseSchedulerNode) -> str:
+    loops = list(node.loop.sizes)
+    return f"{loops}x{list(node.rloop.sizes)}" if node.rloop.sizes else str(loops)
+
+
 class Scheduler:
     def __init__(self, graph: GraphLowering):
         self.graph = graph
@@ -280,20 +290,26 @@ class Scheduler:
         if aligned is None:
             return False, f"different numel: {_numel(a)} vs {_numel(b)}"
         a, b = aligned
-        if (a.loop.sizes, a.rloop.sizes) != (b.loop.sizes, b.rloop.sizes):
-            return (
-                False,
-                f"different loops: {list(a.loop.sizes)} vs {list(b.loop.sizes)}",
-            )
+        both_reduce = a.rloop.sizes and b.rloop.sizes
+        if a.loop.sizes != b.loop.sizes or (
+            both_reduce and a.rloop.sizes != b.rloop.sizes
+        ):
+            return False, f"different loops: {_loops(a)} vs {_loops(b)}"
+        size = len(a.snodes) + len(b.snodes)
+        if size > config.max_fusion_size:
+            return False, f"{size} nodes exceed max_fusion_size"
+        looped = max(a.group[2], b.group[2]) > config.persistent_reduction_limit
         for first, second in ((a, b), (b, a)):
             written = {d.name: d for d in first.writes}
-            reduced = {m.get_name() for m in first.snodes if m.is_reduction()}
-            for dep in second.reads:
-                if dep.name in reduced and not self._persistent(first):
+            late = {m.get_name() for m in first.snodes if _after_loop_value(m)}
+            for member in second.snodes:
+                too_early = sorted(member.read_names() & late)
+                if looped and member.rloop.sizes and too_early:
                     return False, (
-                        f"{second.get_name()} reads {dep.name}, a reduction's result, "
-                        f"which a looped kernel has only after its loop"
+                        f"{member.get_name()} reads {too_early[0]} inside the loop, "
+                        f"but a looped kernel has it only after its loop"
                     )
+            for dep in second.reads:
                 if dep.name in written and dep != written[dep.name]:
                     return False, (
                         f"{second.get_name()} reads {dep} but {first.get_name()} "
@@ -318,6 +334,8 @@ class Scheduler:
             return a, b
         for pointwise, reduction in ((a, b), (b, a)):
             _, numel, rnumel = reduction.group
+            if _is_epilogue(pointwise, numel, rnumel):
+                return a, b
             if (
                 pointwise.group[2] != 1
                 or rnumel == 1
@@ -484,6 +502,12 @@ class Scheduler:
                 if name not in self.output_names and readers.get(name, {k}) == {k}:
                     internal.add(name)
         return internal
+
+
+def _is_epilogue(node: BaseSchedulerNode, numel, rnumel) -> bool:
+    """Pointwise over exactly a reduction's outputs: it runs once per output."""
+    pointwise = not any(m.is_reduction() for m in node.snodes)
+    return pointwise and rnumel != 1 and node.group[1:] == (numel, 1)
 
 
 def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:

@@ -134,12 +134,19 @@ def test_reductions_of_one_input_fuse_horizontally(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_consumer_of_a_reduction_is_not_fused_into_it(device):
-    x = randn(33, 65, device=device)
-    torch._dynamo.reset()
-    with record_compiled() as graphs:
-        torch.compile(lambda x: x.sum(1) * 2, backend="minductor")(x)
-    assert graphs[0].kernel_names == ["triton_per_fused_sum_0", "triton_poi_fused_mul_1"]
+@pytest.mark.parametrize("cols, kind", [(65, "per"), (5000, "red")])
+def test_a_consumer_of_a_reduction_runs_in_its_kernel(device, cols, kind):
+    # a pointwise node over the reduction's outputs is an epilogue: after the loop
+    x = randn(5, cols, device=device)
+    kernels, fallbacks = run(lambda x: (x.sum(1) * 2).sigmoid(), x)
+    assert kernels == [f"triton_{kind}_fused_mul_sigmoid_sum_0"] and not fallbacks
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_looped_kernel_cannot_read_its_reduction_inside_the_loop(device):
+    x = randn(3, 5000, device=device)
+    kernels, _ = run(lambda x: x - x.amax(1, keepdim=True), x)
+    assert kernels == ["triton_red_fused_amax_0", "triton_poi_fused_sub_1"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
