@@ -10,7 +10,12 @@ import torch
 
 from minductor.config import config
 from minductor.ops import set_handler
-from minductor.scheduler import BaseSchedulerNode, SchedulerNode
+from minductor.scheduler import (
+    BaseSchedulerNode,
+    SchedulerNode,
+    is_inner_reduction,
+    is_persistent,
+)
 from minductor.sizevars import FloorDiv, ModularIndexing, pexpr, product
 
 TRITON_DTYPES = {
@@ -108,10 +113,10 @@ class InterpreterOverrides(TritonOverrides):
     sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
 
 
-def kernel_kind(rsizes, rnumel: int) -> str:
+def kernel_kind(rsizes, persistent: bool) -> str:
     if not rsizes:
         return "poi"
-    return "per" if rnumel <= config.persistent_reduction_limit else "red"
+    return "per" if persistent else "red"
 
 
 # reduction type -> (combine two tiles, collapse a tile's columns into [XBLOCK, 1])
@@ -205,6 +210,8 @@ def reduction_config(
     numel: int, rnumel: int, kind: str, interpret: bool = False, inner: bool = True
 ) -> dict[str, int]:
     """Block sizes for a reduction: the whole row if persistent, else 1024 chunks."""
+    if not inner and not interpret:
+        return outer_reduction_config(numel, rnumel, kind)
     rblock = _next_power_of_2(rnumel) if kind == "per" else 1024
     # a GPU program keeps its tile in registers; the interpreter pays per program
     # instead, so it takes tiles 16 times larger
@@ -214,6 +221,18 @@ def reduction_config(
         xblock = 1  # one long contiguous row per program streams best (H200 sweep)
     num_warps = max(1, min(8, xblock * rblock // 256))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
+
+
+def outer_reduction_config(numel: int, rnumel: int, kind: str) -> dict[str, int]:
+    """Memory runs along the outputs: a tile wide in x, short in r, is coalesced."""
+    xblock, rblock, num_warps = OUTER_REDUCTION_BLOCKS
+    if kind == "per":
+        rblock = _next_power_of_2(rnumel)
+    xblock = min(xblock, _next_power_of_2(max(numel, 1)))
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
+
+
+OUTER_REDUCTION_BLOCKS = (16, 32, 8)  # XBLOCK, RBLOCK, num_warps: an H200 sweep
 
 
 @dataclass
@@ -253,12 +272,13 @@ class TritonKernel:
         removed_buffers: set[str],
         overrides: type[TritonOverrides],
         rsizes=(),
+        persistent: bool = True,
     ):
         self.sizes = tuple(sizes)
         self.rsizes = tuple(rsizes)
         self.numel = int(product(self.sizes))
         self.rnumel = int(product(self.rsizes))
-        self.kind = kernel_kind(self.rsizes, self.rnumel)
+        self.kind = kernel_kind(self.rsizes, persistent)
         self.removed_buffers = removed_buffers
         self.overrides = overrides
         self.args = KernelArgs({}, {})
@@ -434,7 +454,9 @@ def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
 
 def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool):
     overrides = InterpreterOverrides if interpret else TritonOverrides
-    kernel = TritonKernel(node.loop.sizes, removed, overrides, node.rloop.sizes)
+    kernel = TritonKernel(
+        node.loop.sizes, removed, overrides, node.rloop.sizes, is_persistent(node)
+    )
     for member in node.snodes:
         # a pointwise node over the outputs alone runs after a looped kernel's loop
         epilogue = kernel.kind == "red" and not member.rloop.sizes
@@ -444,7 +466,11 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
         meta = pointwise_config(kernel.numel)
     else:
         meta = reduction_config(
-            kernel.numel, kernel.rnumel, kernel.kind, interpret, _is_inner(node)
+            kernel.numel,
+            kernel.rnumel,
+            kernel.kind,
+            interpret,
+            is_inner_reduction(node),
         )
     int64 = kernel.numel * kernel.rnumel >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
@@ -463,19 +489,6 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
         tuple(meta.items()),
         kernel.rnumel if kernel.kind != "poi" else 1,
     )
-
-
-def _is_inner(node: BaseSchedulerNode) -> bool:
-    """Do the reduction's loads walk memory contiguously along the reduced dimension?"""
-    for member in node.snodes:
-        if not member.rloop.variables:
-            continue
-        r0 = member.rloop.variables[-1]  # innermost
-        for dep in member.reads:
-            if hasattr(dep, "index") and r0 in dep.index.free_symbols:
-                if sympy.diff(dep.index, r0) != 1:
-                    return False
-    return True
 
 
 def _kernel_body(kernel: TritonKernel, pid: str) -> list[str]:

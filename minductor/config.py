@@ -25,6 +25,8 @@ class Config:
     max_xblock: int = 1024
     # reductions over at most this many elements keep a whole row in registers (ch. 8)
     persistent_reduction_limit: int = 4096
+    # ...but only this many when the reduced dimension is not contiguous (ch. 7)
+    outer_persistent_limit: int = 64
     # the most scheduler nodes one fused kernel may hold (ch. 7)
     max_fusion_size: int = 64
     # where generated modules are written (ch. 10)

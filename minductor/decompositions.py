@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -162,6 +162,94 @@ def log_softmax(x, dim, half_to_float):
 def softplus(x, beta=1, threshold=20):
     scaled = x * beta
     return torch.where(scaled > threshold, x, torch.log1p(torch.exp(scaled)) / beta)
+
+
+@register_decomposition(aten._softmax_backward_data.default)
+def softmax_backward_data(grad_output, output, dim, input_dtype):
+    g, y = _upcast(grad_output), _upcast(output)
+    grad_input = y * (g - torch.sum(g * y, dim, keepdim=True))
+    return grad_input.to(input_dtype)
+
+
+@register_decomposition(aten._log_softmax_backward_data.default)
+def log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    g, y = _upcast(grad_output), _upcast(output)
+    grad_input = g - torch.exp(y) * torch.sum(g, dim, keepdim=True)
+    return grad_input.to(input_dtype)
+
+
+def _numel(x, dims):
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    return count
+
+
+def _layer_norm_stats_dtype(x, weight, bias):
+    acc = _upcast(x).dtype
+    if x.device.type != "cpu":
+        return acc
+    params = [p.dtype for p in (weight, bias) if p is not None]
+    return acc if acc != x.dtype and acc in params else x.dtype
+
+
+@register_decomposition(aten.native_layer_norm.default)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    xf = _upcast(x)
+    var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = (xf - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    stats = _layer_norm_stats_dtype(x, weight, bias)
+    return out.to(x.dtype), mean.to(stats), rstd.to(stats)
+
+
+@register_decomposition(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(
+    grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask
+):
+    axis = x.dim() - len(normalized_shape)
+    inner, outer = list(range(axis, x.dim())), list(range(axis))
+    n = _numel(x, inner)
+    dy, rstd = _upcast(grad_out), _upcast(rstd)
+    x_hat = (_upcast(x) - _upcast(mean)) * rstd
+    g = dy * weight if weight is not None else dy
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        sum_g = torch.sum(g, inner, keepdim=True)
+        sum_g_x_hat = torch.sum(g * x_hat, inner, keepdim=True)
+        grad_input = (rstd / n * (n * g - sum_g - x_hat * sum_g_x_hat)).to(x.dtype)
+
+    def over_rows(t):  # a sum over no dims would sum over all of them
+        return torch.sum(t, outer) if outer else t.clone()
+
+    if output_mask[1] and weight is not None:
+        grad_weight = over_rows(dy * x_hat).to(weight.dtype)
+    if output_mask[2] and bias is not None:
+        grad_bias = over_rows(dy).to(bias.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+@register_decomposition(aten.logsumexp.default)
+def logsumexp(x, dim, keepdim=False):
+    if x.is_complex():
+        return NotImplemented
+    if not x.dtype.is_floating_point:
+        x = x.to(torch.get_default_dtype())
+    xf = _upcast(x)
+    if xf.numel() == 0:
+        return torch.log(torch.sum(torch.exp(xf), dim, keepdim)).to(x.dtype)
+
+    def finite_max(keep):
+        m = torch.amax(xf, dim, keepdim=keep)
+        return torch.where(torch.abs(m) == float("inf"), 0.0, m)
+
+    total = torch.sum(torch.exp(xf - finite_max(True)), dim, keepdim=keepdim)
+    return (torch.log(total) + finite_max(keepdim)).to(x.dtype)
 
 
 _BORROWED = [

@@ -162,6 +162,27 @@ def _after_loop_value(node: SchedulerNode) -> bool:
     return node.is_reduction() or not node.rloop.sizes
 
 
+def is_inner_reduction(node: BaseSchedulerNode) -> bool:
+    """Do the node's loads walk memory contiguously along the reduced dimension?"""
+    for member in node.snodes:
+        if not member.rloop.variables:
+            continue
+        r0 = member.rloop.variables[-1]  # innermost
+        for dep in member.reads:
+            if isinstance(dep, MemoryDep) and r0 in dep.index.free_symbols:
+                if sympy.diff(dep.index, r0) != 1:
+                    return False
+    return True
+
+
+def is_persistent(node: BaseSchedulerNode) -> bool:
+    """Does node's kernel hold whole rows in registers, with no loop over them?"""
+    rnumel = node.group[2]
+    if is_inner_reduction(node):
+        return rnumel <= config.persistent_reduction_limit
+    return rnumel <= config.outer_persistent_limit
+
+
 def _run_body(node: ComputedBuffer, variables, rvariables) -> None:
     if node.is_reduction():
         node.store_output(variables, rvariables)
@@ -221,7 +242,7 @@ class FusedSchedulerNode(BaseSchedulerNode):
     @property
     def leader(self) -> SchedulerNode:
         """The member whose loops the kernel uses: a reduction, if there is one."""
-        return max(self.snodes, key=lambda n: n.group[2])
+        return max(self.snodes, key=lambda n: (n.is_reduction(), n.group[2]))
 
     @property
     def loop(self) -> SimplifiedLoop:
@@ -298,7 +319,7 @@ class Scheduler:
         size = len(a.snodes) + len(b.snodes)
         if size > config.max_fusion_size:
             return False, f"{size} nodes exceed max_fusion_size"
-        looped = max(a.group[2], b.group[2]) > config.persistent_reduction_limit
+        looped = not is_persistent(FusedSchedulerNode(a.snodes + b.snodes))
         for first, second in ((a, b), (b, a)):
             written = {d.name: d for d in first.writes}
             late = {m.get_name() for m in first.snodes if _after_loop_value(m)}
@@ -325,9 +346,6 @@ class Scheduler:
         return True, "ok"
 
 
-    def _persistent(self, node: BaseSchedulerNode) -> bool:
-        return node.group[2] <= config.persistent_reduction_limit
-
     def align(self, a: BaseSchedulerNode, b: BaseSchedulerNode):
         """(a, b) with equal groups, splitting a pointwise side if needed, or None."""
         if a.group[1:] == b.group[1:]:
@@ -339,7 +357,7 @@ class Scheduler:
             if (
                 pointwise.group[2] != 1
                 or rnumel == 1
-                or not self._persistent(reduction)
+                or not is_persistent(reduction)
             ):
                 continue
             if pointwise.group[1] != numel * rnumel:
@@ -507,7 +525,7 @@ class Scheduler:
 def _is_epilogue(node: BaseSchedulerNode, numel, rnumel) -> bool:
     """Pointwise over exactly a reduction's outputs: it runs once per output."""
     pointwise = not any(m.is_reduction() for m in node.snodes)
-    return pointwise and rnumel != 1 and node.group[1:] == (numel, 1)
+    return pointwise and rnumel > 1 and node.group[1:] == (numel, 1)
 
 
 def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:

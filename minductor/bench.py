@@ -1,0 +1,544 @@
+# generated from chapters/performance.md — edit there
+
+"""The benchmark suite of chapters/performance.md: `python -m minductor.bench`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from xml.sax.saxutils import escape
+
+import torch
+import torch._inductor.config as inductor_config
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+from minductor.config import config
+
+BACKENDS = ("eager", "minductor", "inductor")
+F32, F16, BF16, I64 = 4, 2, 2, 8  # bytes per element
+N = 4096 * 4096  # 16M elements
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    fn: Callable
+    make_inputs: Callable[[str], tuple]  # device -> the function's arguments
+    bytes: int  # the least the function must read and write
+
+
+def randn(*shapes, dtype=torch.float32):
+    def make(device):
+        return tuple(torch.randn(s, device=device, dtype=dtype) for s in shapes)
+
+    return make
+
+
+def add_mul(a, b, c):
+    return a * b + c
+
+
+def gelu_residual(x, bias):
+    return F.gelu(x + bias) * 0.5 + x
+
+
+def chain10(x):
+    y = x
+    for k in range(5):
+        y = torch.sigmoid(y * 1.5 + k) - 0.25
+    return y
+
+
+def two_outputs(x, y):
+    t = (x * y).sigmoid()
+    return t + 1, t.sin()
+
+
+def rms_norm_residual(x, residual, weight):
+    h = x + residual
+    rms = torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+    return h * rms.to(h.dtype) * weight, h
+
+
+def rms_norm_inputs(device):
+    x, residual = randn((8192, 2048), (8192, 2048), dtype=torch.bfloat16)(device)
+    weight = 1 + 0.1 * torch.randn(2048, device=device)  # trained scales sit near 1
+    return x, residual, weight.to(torch.bfloat16)
+
+
+def cross_entropy_inputs(device):
+    logits = torch.randn(8192, 1024, device=device)
+    targets = torch.randint(0, 1024, (8192,), device=device)
+    return logits, targets
+
+
+POINTWISE = [
+    Workload("a*b+c", add_mul, randn(*[(4096, 4096)] * 3), 4 * N * F32),
+    Workload("a*b+c (fp16)", add_mul, randn(N, N, N, dtype=torch.float16), 4 * N * F16),
+    Workload(
+        "gelu(x+bias)*0.5+x",
+        gelu_residual,
+        randn((8192, 4096), 4096),
+        (2 * 8192 * 4096 + 4096) * F32,
+    ),
+    Workload("10-op chain", chain10, randn(N), 2 * N * F32),
+    Workload("two outputs", two_outputs, randn(N, N), 4 * N * F32),
+    Workload("a*b+c, 1 element", add_mul, randn(1, 1, 1), 4 * F32),
+]
+
+REDUCTIONS = [
+    Workload(
+        "x.sum(1), 8192x2048",
+        lambda x: x.sum(1),
+        randn((8192, 2048)),
+        (8192 * 2048 + 8192) * F32,
+    ),
+    Workload(
+        "x.amax(1), 8192x1024",
+        lambda x: x.amax(1),
+        randn((8192, 1024)),
+        (8192 * 1024 + 8192) * F32,
+    ),
+    Workload(
+        "(x*y).sum(1), 8192x1024",
+        lambda x, y: (x * y).sum(1),
+        randn((8192, 1024), 1024),
+        (8192 * 1024 + 1024 + 8192) * F32,
+    ),
+    Workload(
+        "x.sum(0), 4096x8192",
+        lambda x: x.sum(0),
+        randn((4096, 8192)),
+        (4096 * 8192 + 8192) * F32,
+    ),
+    Workload(
+        "x.sum(1), 1024x32768 (looped)",
+        lambda x: x.sum(1),
+        randn((1024, 32768)),
+        (1024 * 32768 + 1024) * F32,
+    ),
+    Workload(
+        "var_mean, 8192x1024",
+        lambda x: torch.var_mean(x, -1),
+        randn((8192, 1024)),
+        (8192 * 1024 + 2 * 8192) * F32,
+    ),
+]
+
+NORMALIZATIONS = [
+    Workload(
+        "softmax, 8192x1024",
+        lambda x: torch.softmax(x, -1),
+        randn((8192, 1024)),
+        2 * 8192 * 1024 * F32,
+    ),
+    Workload(
+        "softmax, 8192x2048",
+        lambda x: torch.softmax(x, -1),
+        randn((8192, 2048)),
+        2 * 8192 * 2048 * F32,
+    ),
+    Workload(
+        "log_softmax, 8192x1024",
+        lambda x: torch.log_softmax(x, -1),
+        randn((8192, 1024)),
+        2 * 8192 * 1024 * F32,
+    ),
+    Workload(
+        "layer_norm, 8192x1024",
+        lambda x, w, b: F.layer_norm(x, (1024,), w, b),
+        randn((8192, 1024), 1024, 1024),
+        (2 * 8192 * 1024 + 2 * 1024) * F32,
+    ),
+    Workload(
+        "RMSNorm+residual (bf16), 8192x2048",
+        rms_norm_residual,
+        rms_norm_inputs,
+        (4 * 8192 * 2048 + 2048) * BF16,
+    ),
+    Workload(
+        "cross_entropy, 8192x1024",
+        lambda logits, targets: F.cross_entropy(logits, targets),
+        cross_entropy_inputs,
+        8192 * 1024 * F32 + 8192 * I64 + F32,
+    ),
+]
+
+WORKLOADS = POINTWISE + REDUCTIONS + NORMALIZATIONS
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / ms / 1e6
+
+
+def gpu_ms(fn, inputs) -> float:
+    return do_bench(lambda: fn(*inputs), return_mode="median")
+
+
+def host_ms(fn, inputs, calls: int = 200) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / calls
+
+
+def first_call_s(fn, inputs) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn(*inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def copy_peak_gbps() -> float:
+    src = torch.empty(1 << 28, device="cuda")  # 1 GiB of fp32
+    dst = torch.empty_like(src)
+    return gbps(2 * src.nbytes, gpu_ms(dst.copy_, (src,)))
+
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def as_tuple(outputs) -> tuple:
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+def check_close(name: str, got: tuple, want: tuple) -> None:
+    if len(got) != len(want):
+        raise AssertionError(f"{name}: {len(got)} outputs, eager has {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        tol = TOLERANCE.get(g.dtype, 0.0)
+        atol = tol * float(w.abs().max()) if w.numel() else 0.0
+        torch.testing.assert_close(
+            g.to(w.dtype),
+            w,
+            rtol=tol,
+            atol=atol,
+            msg=lambda m, i=i: f"{name}, output {i}: minductor is not eager's\n{m}",
+        )
+
+
+def check(workload: Workload, compiled, inputs) -> None:
+    got = as_tuple(compiled(*inputs))
+    eager = as_tuple(workload.fn(*inputs))
+    upcast = [t.float() if t.is_floating_point() else t for t in inputs]
+    want = as_tuple(workload.fn(*upcast))
+    dtypes = [t.dtype for t in got]
+    if dtypes != [t.dtype for t in eager]:
+        raise AssertionError(f"{workload.name}: dtypes {dtypes} differ from eager's")
+    check_close(workload.name, got, want)
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    bytes: int
+    gpu_ms: dict[str, float]  # backend -> median of do_bench
+    host_ms: dict[str, float] = field(default_factory=dict)
+    cold_s: dict[str, float] = field(default_factory=dict)
+
+    def gbps(self, backend: str) -> float:
+        return gbps(self.bytes, self.gpu_ms[backend])
+
+
+def compile_cold(fn, backend: str, inputs):
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend)
+    return compiled, first_call_s(compiled, inputs)
+
+
+def measure(workload: Workload, cold: bool = True) -> Result:
+    inputs = workload.make_inputs("cuda")
+    fns, cold_s = {"eager": workload.fn}, {}
+    for backend in ("minductor", "inductor"):
+        fns[backend], seconds = compile_cold(workload.fn, backend, inputs)
+        if cold:
+            cold_s[backend] = seconds
+    for fn in fns.values():
+        fn(*inputs)  # minductor recompiles, warm, after the reset for Inductor
+    check(workload, fns["minductor"], inputs)
+    return Result(
+        workload.name,
+        workload.bytes,
+        gpu_ms={b: gpu_ms(fn, inputs) for b, fn in fns.items()},
+        host_ms={b: host_ms(fn, inputs) for b, fn in fns.items()},
+        cold_s=cold_s,
+    )
+
+
+FRESH = "MINDUCTOR_BENCH_CACHES"
+
+
+def restart_with_fresh_caches(argv: list[str]) -> None:
+    root = tempfile.mkdtemp(prefix="minductor_bench_")
+    os.environ[FRESH] = root
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "minductor.bench", *argv])
+
+
+def use_fresh_caches(argv: list[str]) -> None:
+    if FRESH not in os.environ:
+        restart_with_fresh_caches(argv)  # does not return
+    config.cache_dir = os.path.join(os.environ[FRESH], "minductor")
+    inductor_config.fx_graph_cache = False
+
+
+def warm_up() -> None:
+    x = torch.randn(1000, device="cuda")
+    for backend in ("minductor", "inductor"):
+        compile_cold(lambda t: (t * 2).sum(), backend, (x,))
+
+
+@dataclass(frozen=True)
+class Run:
+    device: str
+    torch_version: str
+    triton_version: str
+    date: str
+    copy_peak_gbps: float | None
+    results: list[Result]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> Run:
+        data = json.loads(text)
+        data["results"] = [Result(**r) for r in data["results"]]
+        return Run(**data)
+
+
+def run_suite(workloads: list[Workload], cold: bool = True) -> Run:
+    peak = copy_peak_gbps()
+    if cold:
+        warm_up()
+    results = []
+    for workload in workloads:
+        print(f"measuring {workload.name}", file=sys.stderr, flush=True)
+        results.append(measure(workload, cold))
+    return Run(
+        torch.cuda.get_device_name(),
+        torch.__version__,
+        triton.__version__,
+        datetime.date.today().isoformat(),
+        peak,
+        results,
+    )
+
+
+LABELS = {"eager": "eager", "minductor": "minductor", "inductor": "Inductor"}
+
+
+def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "—" if value is None else format(value * scale, spec)
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n} B"
+
+
+def fmt_gbps(result: Result, backend: str, peak: float | None) -> str:
+    rate = result.gbps(backend)
+    share = f" ({rate / peak:.0%})" if peak else ""
+    return f"{rate:.0f}{share}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = [header, ["---"] * len(header), *rows]
+    return ["| " + " | ".join(cells) + " |" for cells in lines]
+
+
+def gpu_table(run: Run) -> list[str]:
+    header = ["workload", "moved"]
+    header += [f"{LABELS[b]} µs" for b in BACKENDS]
+    header += ["vs eager", "vs Inductor", "minductor GB/s", "Inductor GB/s"]
+    rows = []
+    for r in run.results:
+        ms = r.gpu_ms
+        rows.append(
+            [r.name, fmt_bytes(r.bytes)]
+            + [fmt(ms[b], ".1f", 1e3) for b in BACKENDS]
+            + [f"{ms['eager'] / ms['minductor']:.2f}x"]
+            + [f"{ms['inductor'] / ms['minductor']:.2f}x"]
+            + [fmt_gbps(r, b, run.copy_peak_gbps) for b in ("minductor", "inductor")]
+        )
+    return table(header, rows)
+
+
+def host_table(run: Run) -> list[str]:
+    header = ["workload"] + [f"host µs, {LABELS[b]}" for b in BACKENDS]
+    header += ["cold s, minductor", "cold s, Inductor"]
+    rows = []
+    for r in run.results:
+        host = [r.host_ms.get(b) for b in BACKENDS]
+        cold = [r.cold_s.get(b) for b in ("minductor", "inductor")]
+        rows.append(
+            [r.name]
+            + [fmt(ms, ".1f", 1e3) for ms in host]
+            + [fmt(s, ".2f") for s in cold]
+        )
+    return table(header, rows)
+
+
+def markdown(run: Run) -> str:
+    peak = fmt(run.copy_peak_gbps, ".0f")
+    lines = [
+        f"Measured {run.date} on {run.device}, torch {run.torch_version}, "
+        f"triton {run.triton_version}.",
+        f"Copy peak: {peak} GB/s (`dst.copy_(src)`, 1 GiB of fp32, `do_bench` median).",
+        "",
+        *gpu_table(run),
+        "",
+        *host_table(run),
+    ]
+    return "\n".join(lines)
+
+
+COLORS = {"eager": "#9e9e9e", "minductor": "#1f77b4", "inductor": "#ff7f0e"}
+
+
+def speeds(result: Result) -> dict[str, float]:
+    return {b: result.gpu_ms["inductor"] / result.gpu_ms[b] for b in BACKENDS}
+
+
+def svg(run: Run, width: int = 760) -> str:
+    bar, group, left, top = 8, 34, 250, 64  # px: bar, workload row, labels, title
+    rows = [(r.name, speeds(r)) for r in run.results]
+    fastest = max(1.0, *(v for _, speed in rows for v in speed.values()))
+    step = 0.5 * math.ceil(fastest / 4)  # about eight grid lines
+    limit = step * math.ceil(fastest / step)
+    scale = (width - left - 50) / limit
+    height = top + group * len(rows) + 10
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        '<text x="8" y="16" font-weight="bold">GPU speed relative to Inductor '
+        "(Inductor's time / each backend's; longer is faster)</text>",
+    ]
+    for i, b in enumerate(BACKENDS):
+        x = left + i * 110
+        out.append(f'<rect x="{x}" y="28" width="12" height="12" fill="{COLORS[b]}"/>')
+        out.append(f'<text x="{x + 16}" y="38">{LABELS[b]}</text>')
+    for k in range(round(limit / step) + 1):
+        x = left + k * step * scale
+        dash = ' stroke-dasharray="4 3"' if k * step == 1 else ""
+        out.append(
+            f'<line x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" y2="{height - 6}" '
+            f'stroke="#ccc"{dash}/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{top - 12}" text-anchor="middle">'
+            f"{k * step:g}×</text>"
+        )
+    for i, (name, speed) in enumerate(rows):
+        y = top + i * group
+        out.append(
+            f'<text x="{left - 8}" y="{y + 1.5 * bar + 4}" text-anchor="end">'
+            f"{escape(name)}</text>"
+        )
+        for j, b in enumerate(BACKENDS):
+            yb, w = y + j * bar, speed[b] * scale
+            out.append(
+                f'<rect class="bar {b}" x="{left}" y="{yb}" width="{w:.1f}" '
+                f'height="{bar - 1}" fill="{COLORS[b]}"/>'
+            )
+            out.append(
+                f'<text x="{left + w + 3:.1f}" y="{yb + bar - 1}" font-size="9">'
+                f"{speed[b]:.2f}</text>"
+            )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+NO_CUDA = (
+    "minductor.bench measures on a CUDA GPU and found none "
+    "(torch.cuda.is_available() is False). Without a GPU, only "
+    "`--plot RUN.json --svg OUT.svg` works."
+)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m minductor.bench",
+        description="eager vs minductor vs Inductor on the workloads of "
+        "chapters/performance.md; prints markdown tables",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SUBSTRING",
+        help="run the workloads whose name contains one of these",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write all raw numbers here")
+    parser.add_argument("--svg", metavar="PATH", help="write the bar chart here")
+    parser.add_argument(
+        "--no-cold",
+        action="store_true",
+        help="skip the cold compile times (and the fresh caches)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="JSON",
+        help="plot an earlier run's --json output to --svg; no GPU",
+    )
+    args = parser.parse_args(argv)
+    if args.plot and not args.svg:
+        parser.error("--plot needs --svg")
+    return args
+
+
+def select(only: list[str] | None) -> list[Workload]:
+    if not only:
+        return WORKLOADS
+    return [w for w in WORKLOADS if any(s.lower() in w.name.lower() for s in only)]
+
+
+def write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.plot:
+        with open(args.plot, encoding="utf-8") as f:
+            write(args.svg, svg(Run.from_json(f.read())))
+        return 0
+    if not torch.cuda.is_available():
+        print(NO_CUDA, file=sys.stderr)
+        return 1
+    workloads = select(args.only)
+    if not workloads:
+        print(f"no workload name contains any of {args.only}", file=sys.stderr)
+        return 2
+    if not args.no_cold:
+        use_fresh_caches(argv)
+    run = run_suite(workloads, cold=not args.no_cold)
+    print(markdown(run))
+    if args.json:
+        write(args.json, run.to_json())
+    if args.svg:
+        write(args.svg, svg(run))
+    if not args.no_cold:
+        shutil.rmtree(os.environ[FRESH], ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
