@@ -181,8 +181,8 @@ def welford_reduction(k, src_dtype, value: str):
         zero = k.newvar(f"tl.full([XBLOCK], 0, {dtype})")
         return value, zero, k.newvar(f"tl.full([XBLOCK], 1, {dtype})")
     value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
-    count = k.newvar(f"tl.sum(rmask.to({dtype}), 1)[:, None]")
     if k.kind == "per":  # the row is in registers: two passes over them are free
+        count = k.newvar(f"tl.sum(rmask.to({dtype}), 1)[:, None]")
         masked = k.newvar(f"tl.where(xmask & rmask, {value}, 0)")
         mean = k.newvar(f"tl.sum({masked}, 1)[:, None] / {count}")
         deviation = k.newvar(f"tl.where(xmask & rmask, {value} - {mean}, 0)")
@@ -479,7 +479,7 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     params = ", ".join(kernel.args.signature() + sizes + blocks)
     source = "\n".join(
         ["@triton.jit", f"def KERNEL_NAME({params}):"]
-        + ["    " + line for line in _kernel_body(kernel, pid)]
+        + ["    " + line for line in _kernel_body(kernel, pid, dict(meta))]
     )
     return GeneratedKernel(
         source,
@@ -491,31 +491,42 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     )
 
 
-def _kernel_body(kernel: TritonKernel, pid: str) -> list[str]:
+def _mask(name: str, numel: int, block: int, shape: str) -> str:
+    """`xmask`/`rmask`: a constant when the blocks tile the range exactly."""
+    if numel > 0 and numel % block == 0:
+        # every lane is in range; Triton folds a constant mask out of loads and
+        # stores, which lets it use wide vector loads
+        return f"{name} = tl.full({shape}, True, tl.int1)"
+    return f"{name} = {name[0]}index < {name[0]}numel"
+
+
+def _kernel_body(kernel: TritonKernel, pid: str, meta: dict[str, int]) -> list[str]:
+    xmask = _mask("xmask", kernel.numel, meta["XBLOCK"], "[XBLOCK, 1]")
     if kernel.kind == "poi":
         return [
             f"xoffset = {pid} * XBLOCK",
             "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
-            "xmask = xindex < xnumel",
+            xmask.replace("[XBLOCK, 1]", "[XBLOCK]"),
             *kernel.variable_definitions(),
             *kernel.lines,
         ]
     head = [
         f"xoffset = {pid} * XBLOCK",
         "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-        "xmask = xindex < xnumel",
+        xmask,
     ]
+    rmask = _mask("rmask", kernel.rnumel, meta["RBLOCK"], "[1, RBLOCK]")
     if kernel.kind == "per":
         return head + [
             "rindex = tl.arange(0, RBLOCK)[None, :]",
-            "rmask = rindex < rnumel",
+            rmask,
             *kernel.variable_definitions(),
             *kernel.rvariable_definitions(),
             *kernel.lines,
         ]
     loop = [
         "rindex = roffset + rbase",
-        "rmask = rindex < rnumel",
+        rmask,
         *kernel.rvariable_definitions(),
         *kernel.lines,
     ]

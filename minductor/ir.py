@@ -156,7 +156,8 @@ class Reduction(Loops):
         )
 
     def _which(self) -> str:
-        return f"[{self.output_index}]" if self.reduction_type == "welford_reduce" else ""
+        several = self.reduction_type == "welford_reduce"
+        return f"[{self.output_index}]" if several else ""
 
 
 @dataclass(frozen=True, eq=False)

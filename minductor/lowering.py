@@ -662,9 +662,10 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, int]:
     acc = _accumulator(x.get_dtype())
     size = x.get_size()
     count = math.prod(int(size[d]) for d in _reduced_dims(len(size), dims))
+    # the mean is stored in x's dtype; m2 stays in the accumulator's for the variance
     mean, m2 = (
-        make_reduction(x, dims, keepdim, "welford_reduce", acc, acc, output_index=k)
-        for k in (0, 1)
+        make_reduction(x, dims, keepdim, "welford_reduce", out, acc, output_index=k)
+        for k, out in ((0, x.get_dtype()), (1, acc))
     )
     for box in (mean, m2):
         graph.realize_intermediate(box)
@@ -689,7 +690,7 @@ def _moments(root: bool, with_mean: bool) -> Callable[..., Any]:
         spread = _variance(x, m2, count, correction, root)
         if not with_mean:
             return spread
-        return spread, _convert(mean, x.get_dtype())
+        return spread, mean
 
     return lowering
 
@@ -772,7 +773,8 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
     if reduction == 2:  # "sum"
         loss = _convert(total, x.get_dtype())
     else:
-        loss = pointwise(ops.truediv, [total, total_weight], dtypes=(acc, x.get_dtype()))
+        dtypes = (acc, x.get_dtype())
+        loss = pointwise(ops.truediv, [total, total_weight], dtypes=dtypes)
     return loss, _convert(total_weight, x.get_dtype())
 
 

@@ -29,30 +29,6 @@ def min_with_nan(x, axis: tl.constexpr):
 
 
 @triton.jit
-def argmax_takes(value, position, best, best_position):
-    # does (value, position) beat the best so far? NaN beats numbers; ties go first
-    value_nan, best_nan = value != value, best != best
-    better = (value > best) | (value_nan & (best == best))
-    tie = (value == best) | (value_nan & best_nan)
-    return better | (tie & (position < best_position))
-
-
-@triton.jit
-def argmin_takes(value, position, best, best_position):
-    value_nan, best_nan = value != value, best != best
-    better = (value < best) | (value_nan & (best == best))
-    tie = (value == best) | (value_nan & best_nan)
-    return better | (tie & (position < best_position))
-
-
-@triton.jit
-def first_position(x, position, best):
-    # the smallest position along axis 1 where x holds best ([XBLOCK, 1])
-    hit = (x == best) | ((x != x) & (best != best))
-    return tl.min(tl.where(hit, position, 9223372036854775807), 1)[:, None]
-
-
-@triton.jit
 def mul(a, b):
     # a combine function for tl.reduce (prod)
     return a * b
@@ -120,3 +96,27 @@ def pow(a, b):
     result = tl.where((tl.abs(x) == 1.0) & (tl.abs(y) == float("inf")), 1.0, result)
     result = tl.where((y == 0) | (x == 1), 1.0, result)
     return result.to(a.dtype)
+
+
+@triton.jit
+def argmax_takes(value, position, best, best_position):
+    # does (value, position) beat the best so far? NaN beats numbers; ties go first
+    value_nan, best_nan = value != value, best != best
+    better = (value > best) | (value_nan & (best == best))
+    tie = (value == best) | (value_nan & best_nan)
+    return better | (tie & (position < best_position))
+
+
+@triton.jit
+def argmin_takes(value, position, best, best_position):
+    value_nan, best_nan = value != value, best != best
+    better = (value < best) | (value_nan & (best == best))
+    tie = (value == best) | (value_nan & best_nan)
+    return better | (tie & (position < best_position))
+
+
+@triton.jit
+def first_position(x, position, best):
+    # the smallest position along axis 1 where x holds best ([XBLOCK, 1])
+    hit = (x == best) | ((x != x) & (best != best))
+    return tl.min(tl.where(hit, position, 9223372036854775807), 1)[:, None]
