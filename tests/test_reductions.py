@@ -1,43 +1,15 @@
 """Reductions end to end: eager's values and dtypes, and the kernels they become."""
 
-import os
 
 import pytest
 import torch
+from helpers import DEVICES, randn, run
 
 import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import record_compiled
 
 pytestmark = pytest.mark.e2e
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICES = [
-    pytest.param(
-        "cpu",
-        id="cpu",
-        marks=pytest.mark.skipif(not INTERPRET, reason="CPU kernels need the interpreter"),
-    ),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
-]
-
-
-def run(fn, *args, atol=1e-4, rtol=1e-4):
-    torch._dynamo.reset()
-    with record_compiled() as graphs:
-        out = torch.compile(fn, backend="minductor")(*args)
-    expected = fn(*args)
-    outs = out if isinstance(out, tuple) else (out,)
-    exps = expected if isinstance(expected, tuple) else (expected,)
-    for o, e in zip(outs, exps, strict=True):
-        assert (o.dtype, o.shape) == (e.dtype, e.shape)
-        torch.testing.assert_close(o, e, atol=atol, rtol=rtol, equal_nan=True)
-    kernels = [k for g in graphs for k in g.kernel_names]
-    fallbacks = [f for g in graphs for f in g.fallbacks]
-    return kernels, fallbacks
-
-
-def randn(*shape, device, dtype=torch.float32):
-    return torch.randn(*shape, device=device).to(dtype)
 
 
 CASES = {

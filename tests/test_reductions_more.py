@@ -1,43 +1,22 @@
 """argmax/argmin, max/min with indices, Welford moments, nll_loss: eager's values, and
 the kernels they become (chapters 5-8)."""
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import DEVICES, INTERPRET, run
 
 import minductor  # noqa: F401  (registers the backend)
-from minductor.capture import record_compiled
 from minductor.config import config
 
 pytestmark = pytest.mark.e2e
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICES = [
-    pytest.param(
-        "cpu",
-        id="cpu",
-        marks=pytest.mark.skipif(not INTERPRET, reason="CPU kernels need the interpreter"),
-    ),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
-]
+
 NAN, INF = float("nan"), float("inf")
-
-
-def run(fn, *args, atol=1e-4, rtol=1e-4):
-    torch._dynamo.reset()
-    with record_compiled() as graphs:
-        out = torch.compile(fn, backend="minductor")(*args)
-    expected = fn(*args)
-    outs = out if isinstance(out, tuple) else (out,)
-    exps = expected if isinstance(expected, tuple) else (expected,)
-    for o, e in zip(outs, exps, strict=True):
-        assert (o.dtype, o.shape) == (e.dtype, e.shape)
-        torch.testing.assert_close(o, e, atol=atol, rtol=rtol, equal_nan=True)
-    kernels = [k for g in graphs for k in g.kernel_names]
-    fallbacks = [f for g in graphs for f in g.fallbacks]
-    return kernels, fallbacks
+# CPU tensors compile to kernels only under the interpreter; elsewhere they run eagerly
+interpreted = pytest.mark.skipif(
+    not INTERPRET, reason="CPU kernels need the interpreter"
+)
 
 
 def awkward_rows(device):
@@ -62,9 +41,15 @@ CASES = {
     # name: (fn, inputs, expected kernel names)
     "argmax_rows": (lambda x: x.argmax(1), awkward_rows, ["triton_per_fused_argmax_0"]),
     "argmin_rows": (lambda x: x.argmin(1), awkward_rows, ["triton_per_fused_argmin_0"]),
-    "argmax_columns": (lambda x: x.argmax(0), awkward_rows, ["triton_per_fused_argmax_0"]),
+    "argmax_columns": (
+        lambda x: x.argmax(0),
+        awkward_rows,
+        ["triton_per_fused_argmax_0"],
+    ),
     "argmax_flat": (
-        lambda x: x.argmax(), lambda d: torch.randn(7, 9, device=d), ["triton_per_fused_argmax_0"]
+        lambda x: x.argmax(),
+        lambda d: torch.randn(7, 9, device=d),
+        ["triton_per_fused_argmax_0"],
     ),
     "argmax_keepdim_3d": (
         lambda x: x.argmax(1, keepdim=True),
@@ -82,11 +67,25 @@ CASES = {
         ["triton_per_fused_argmax_0"],
     ),
     "argmax_size_1": (
-        lambda x: x.argmax(1), lambda d: torch.randn(9, 1, device=d), ["triton_poi_fused_argmax_0"]
+        lambda x: x.argmax(1),
+        lambda d: torch.randn(9, 1, device=d),
+        ["triton_poi_fused_argmax_0"],
     ),
-    "argmax_looped": (lambda x: x.argmax(1), looped_rows, ["triton_red_fused_argmax_0"]),
-    "argmin_looped": (lambda x: x.argmin(1), looped_rows, ["triton_red_fused_argmin_0"]),
-    "max_with_indices": (lambda x: torch.max(x, 1), awkward_rows, ["triton_per_fused_max_0"]),
+    "argmax_looped": (
+        lambda x: x.argmax(1),
+        looped_rows,
+        ["triton_red_fused_argmax_0"],
+    ),
+    "argmin_looped": (
+        lambda x: x.argmin(1),
+        looped_rows,
+        ["triton_red_fused_argmin_0"],
+    ),
+    "max_with_indices": (
+        lambda x: torch.max(x, 1),
+        awkward_rows,
+        ["triton_per_fused_max_0"],
+    ),
     "min_with_indices_keepdim": (
         lambda x: torch.min(x, 0, keepdim=True),
         lambda d: torch.randn(6, 7, device=d),
@@ -94,7 +93,9 @@ CASES = {
     ),
     "var_mean_rows": (
         lambda x: torch.var_mean(x, 1),
-        lambda d: torch.randn(33, 65, device=d) + 100,  # a large mean: E[x²]-E[x]² fails
+        lambda d: (
+            torch.randn(33, 65, device=d) + 100
+        ),  # a large mean: E[x²]-E[x]² fails
         ["triton_per_fused_var_mean_0"],
     ),
     "var_mean_looped": (
@@ -103,19 +104,29 @@ CASES = {
         ["triton_red_fused_var_mean_0"],
     ),
     "var_columns": (
-        lambda x: x.var(0), lambda d: torch.randn(33, 65, device=d), ["triton_per_fused_var_0"]
+        lambda x: x.var(0),
+        lambda d: torch.randn(33, 65, device=d),
+        ["triton_per_fused_var_0"],
     ),
     "var_outer_looped": (
-        lambda x: x.var(0), lambda d: torch.randn(300, 7, device=d), ["triton_red_fused_var_0"]
+        lambda x: x.var(0),
+        lambda d: torch.randn(300, 7, device=d),
+        ["triton_red_fused_var_0"],
     ),
-    "std_all": (lambda x: x.std(), lambda d: torch.randn(33, 65, device=d), ["triton_per_fused_std_0"]),
+    "std_all": (
+        lambda x: x.std(),
+        lambda d: torch.randn(33, 65, device=d),
+        ["triton_per_fused_std_0"],
+    ),
     "var_two_dims_correction_2": (
         lambda x: x.var((0, 2), correction=2),
         lambda d: torch.randn(3, 5, 7, device=d),
         ["triton_per_fused_var_0"],
     ),
     "var_of_one_is_nan": (
-        lambda x: x.var(1), lambda d: torch.randn(5, 1, device=d), ["triton_poi_fused_var_0"]
+        lambda x: x.var(1),
+        lambda d: torch.randn(5, 1, device=d),
+        ["triton_poi_fused_var_0"],
     ),
     "var_epilogue": (
         lambda x: x.var(1, keepdim=True) * 2,
@@ -148,6 +159,7 @@ def test_std_mean_in_half_precision(device, dtype):
     assert kernels == ["triton_per_fused_std_mean_0"]
 
 
+@interpreted
 def test_welford_is_one_pass_and_stable():
     # a mean of 1e4 with a spread of 1: the naive E[x²]-E[x]² loses every digit in fp32
     x = torch.randn(4, 5000, dtype=torch.float64) + 1e4
@@ -206,12 +218,14 @@ def test_nll_loss_of_half_logits(device):
     run(lambda x, t: F.cross_entropy(x, t), x, t, atol=2e-3, rtol=2e-3)
 
 
+@interpreted
 def test_cross_entropy_with_rows_longer_than_a_persistent_kernel():
     x, t = torch.randn(4, 5000), targets(4, 5000, "cpu")
     kernels, _ = run(lambda x, t: F.cross_entropy(x, t), x, t)
     assert [k.split("_")[1] for k in kernels] == ["red", "red", "red", "per"]
 
 
+@interpreted
 def test_a_target_out_of_range_poisons_the_loss():
     # eager raises; a kernel cannot, so the loss is NaN rather than a wrong number
     x, t = torch.randn(6, 5), torch.tensor([0, 1, 7, 2, -100, 4])
@@ -222,6 +236,7 @@ def test_a_target_out_of_range_poisons_the_loss():
         F.cross_entropy(x, t)
 
 
+@interpreted
 def test_fusion_stops_at_max_fusion_size():
     saved = config.max_fusion_size
     config.max_fusion_size = 2
