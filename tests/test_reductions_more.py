@@ -246,3 +246,33 @@ def test_fusion_stops_at_max_fusion_size():
     finally:
         config.max_fusion_size = saved
     assert len(kernels) == 2  # two of the three reductions share a kernel
+
+
+def rms_norm_residual(x, residual, weight):
+    # the RMSNorm-with-residual pattern as models write it: pow, mean, rsqrt
+    h = x + residual
+    scale = torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (h * scale.to(h.dtype)) * weight, h
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype, cols, kinds",
+    [
+        (torch.float32, 65, ["per"]),
+        (torch.bfloat16, 130, ["per"]),
+        # looped: the output reads the finished mean, so it cannot join the loop; and
+        # it iterates as [7, 5000] while h merges to [35000], which the scheduler
+        # refuses as "different loops" (Inductor would re-split h's loop to match)
+        (torch.float32, 5000, ["red", "poi", "poi"]),
+    ],
+    ids=["fp32", "bf16", "fp32_looped"],
+)
+def test_rms_norm_with_residual(device, dtype, cols, kinds):
+    torch.manual_seed(0)
+    x, residual = (torch.randn(7, cols, device=device).to(dtype) for _ in range(2))
+    weight = torch.rand(cols, device=device).to(dtype)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    kernels, fallbacks = run(rms_norm_residual, x, residual, weight, atol=tol, rtol=tol)
+    assert fallbacks == []
+    assert [k.split("_")[1] for k in kernels] == kinds
