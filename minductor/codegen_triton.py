@@ -139,11 +139,12 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
     return str(info.min if lowest else info.max)
 
 
-def _best(reduction_type: str, dtype: torch.dtype) -> str:
-    """The final step of max/min, by dtype: a template over a [XBLOCK, RBLOCK] tile."""
-    if not dtype.is_floating_point:
-        return INTEGER_FINALS[reduction_type]
-    return REDUCTIONS[reduction_type][1]
+def final_step(reduction_type: str, dtype: torch.dtype) -> str:
+    """The template that collapses a tile's columns, by dtype (no NaN in integers)."""
+    final = REDUCTIONS[reduction_type][1]
+    if dtype.is_floating_point:
+        return final
+    return INTEGER_FINALS.get(reduction_type, final)
 
 
 def arg_reduction(k, reduction_type: str, src_dtype, value: str, position: str):
@@ -166,7 +167,7 @@ def arg_reduction(k, reduction_type: str, src_dtype, value: str, position: str):
         value, position = best, at
     else:
         value = k.newvar(f"tl.where(xmask & rmask, {value}, {identity})")
-    winner = k.newvar(_best(extremum, src_dtype).format(value), looped)
+    winner = k.newvar(final_step(extremum, src_dtype).format(value), looped)
     first = f"helpers.first_position({value}, {position}, {winner})"
     return k.newvar(first, looped)
 
@@ -401,9 +402,8 @@ class KernelOpsHandler:
         if k.kind == "poi":  # every reduced dimension has size 1: nothing to combine
             return value
         identity = reduction_identity(reduction_type, src_dtype)
-        combine, final = REDUCTIONS[reduction_type]
-        if not src_dtype.is_floating_point:
-            final = INTEGER_FINALS.get(reduction_type, final)
+        combine = REDUCTIONS[reduction_type][0]
+        final = final_step(reduction_type, src_dtype)
         spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         if k.kind == "per":  # the whole row is in registers: mask, then reduce
             masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
@@ -501,12 +501,14 @@ def _mask(name: str, numel: int, block: int, shape: str) -> str:
 
 
 def _kernel_body(kernel: TritonKernel, pid: str, meta: dict[str, int]) -> list[str]:
-    xmask = _mask("xmask", kernel.numel, meta["XBLOCK"], "[XBLOCK, 1]")
-    if kernel.kind == "poi":
+    pointwise = kernel.kind == "poi"
+    xshape = "[XBLOCK]" if pointwise else "[XBLOCK, 1]"
+    xmask = _mask("xmask", kernel.numel, meta["XBLOCK"], xshape)
+    if pointwise:
         return [
             f"xoffset = {pid} * XBLOCK",
             "xindex = xoffset + tl.arange(0, XBLOCK)[:]",
-            xmask.replace("[XBLOCK, 1]", "[XBLOCK]"),
+            xmask,
             *kernel.variable_definitions(),
             *kernel.lines,
         ]

@@ -129,11 +129,16 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     out = dtype or x.dtype
     acc = torch.float32 if out in (torch.float16, torch.bfloat16) else out
     dims = range(x.dim()) if dim is None or len(dim) == 0 else dim
+    total = torch.sum(x, dim=list(dims), keepdim=keepdim, dtype=acc)
+    return (total / _numel(x, dims)).to(out)
+
+
+def _numel(x, dims):
+    """How many elements a reduction over `dims` combines."""
     count = 1
     for d in dims:
         count *= x.shape[d]
-    total = torch.sum(x, dim=list(dims), keepdim=keepdim, dtype=acc)
-    return (total / count).to(out)
+    return count
 
 
 def _upcast(x):
@@ -176,13 +181,6 @@ def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     g, y = _upcast(grad_output), _upcast(output)
     grad_input = g - torch.exp(y) * torch.sum(g, dim, keepdim=True)
     return grad_input.to(input_dtype)
-
-
-def _numel(x, dims):
-    count = 1
-    for d in dims:
-        count *= x.shape[d]
-    return count
 
 
 def _layer_norm_stats_dtype(x, weight, bias):

@@ -708,13 +708,10 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
     acc = _accumulator(x.get_dtype())
     classes = int(x.get_size()[1])
     long = torch.int64
-
-    def load_as(box: TensorBox, dtype: torch.dtype, index: Index) -> Any:
-        value = box.make_loader()(index)
-        return value if box.get_dtype() == dtype else ops.to_dtype(value, dtype)
-
-    def load_t(index):
-        return load_as(target, long, index)
+    load_x = converting_loader(x, x.get_size(), acc)
+    load_t = converting_loader(target, target.get_size(), long)
+    if weight is not None:
+        load_w = converting_loader(weight, weight.get_size(), acc)
 
     def counts(t):  # 1 for a row that is not ignored
         return ops.ne(t, ops.constant(ignore_index, long))
@@ -723,9 +720,9 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
         (n,), (c,) = index, rindex
         t = load_t([n])
         hit = ops.logical_and(ops.eq(ops.index_expr(c, long), t), counts(t))
-        value = ops.constant(1.0, acc) if weight is None else load_as(weight, acc, [c])
+        value = ops.constant(1.0, acc) if weight is None else load_w([c])
         if of_loss:
-            value = ops.mul(ops.neg(load_as(x, acc, [n, c])), value)
+            value = ops.mul(ops.neg(load_x([n, c])), value)
         return ops.where(hit, value, ops.constant(0.0, acc))
 
     def over_classes(of_loss: bool) -> TensorBox:
