@@ -16,7 +16,7 @@ from minductor.scheduler import (
     is_inner_reduction,
     is_persistent,
 )
-from minductor.sizevars import FloorDiv, ModularIndexing, pexpr, product
+from minductor.sizevars import FloorDiv, ModularIndexing, product, texpr
 
 TRITON_DTYPES = {
     torch.bool: "tl.int1",
@@ -292,6 +292,12 @@ class TritonKernel:
         self.reduction_cache: dict[tuple[str, str], object] = {}
         self.variables = _symbols("x", len(self.sizes))
         self.rvariables = _symbols("r", len(self.rsizes))
+        # indirect indexing: tmps whose value varies along r (they need rmask), the
+        # in-bounds flag of each checked index, and whether the kernel asserts
+        self.along_r: set[str] = set()
+        self.bounds: dict[str, str] = {}
+        self.checked: set[str] = set()
+        self.asserts = False
 
     def newvar(self, expr: str, after_loop: bool = False) -> str:
         key = (after_loop, expr)
@@ -312,12 +318,21 @@ class TritonKernel:
         if not index.free_symbols:
             shape = "[XBLOCK]" if self.kind == "poi" else "[XBLOCK, 1]"
             return f"tl.full({shape}, {int(index)}, tl.int32)"
-        return pexpr(index)
+        return texpr(index)
 
-    def mask(self, index: sympy.Expr) -> str:
-        if self.kind != "poi" and index.free_symbols & set(self.rvariables):
-            return "xmask & rmask"
-        return "xmask"
+    def varies_along_r(self, index: sympy.Expr) -> bool:
+        names = {s.name for s in index.free_symbols}
+        return bool(index.free_symbols & set(self.rvariables) or names & self.along_r)
+
+    def bounds_of(self, index: sympy.Expr) -> list[str]:
+        """The in-bounds flags of the unchecked-by-assert indirect indices it uses."""
+        names = sorted(s.name for s in index.free_symbols)
+        return [self.bounds[n] for n in names if n in self.bounds]
+
+    def mask(self, index: sympy.Expr, after_loop: bool = False) -> str:
+        along_r = self.kind != "poi" and not after_loop and self.varies_along_r(index)
+        masks = ["xmask & rmask" if along_r else "xmask"] + self.bounds_of(index)
+        return " & ".join(masks)
 
     def variable_definitions(self) -> list[str]:
         return _definitions(self.variables, self.sizes, "xindex")
@@ -345,7 +360,7 @@ def _definitions(variables, sizes, base: str) -> list[str]:
             value = FloorDiv(flat, inner)
         else:
             value = ModularIndexing(flat, inner, size)
-        lines.append(f"{var} = {pexpr(value)}")
+        lines.append(f"{var} = {texpr(value)}")
         inner = inner * size
     return lines
 
@@ -365,24 +380,59 @@ class KernelOpsHandler:
         if cached is not None:
             return cached
         ptr = self.kernel.args.input(name)
-        mask = self.kernel.mask(self.node.rewrite_index(index))
-        load = f"tl.load({ptr} + ({index_s}), {mask})"
-        return self.kernel.newvar(load, self.after_loop)
+        merged = self.node.rewrite_index(index)
+        mask = self.kernel.mask(merged, self.after_loop)
+        other = ", other=0" if self.kernel.bounds_of(merged) else ""
+        load = f"tl.load({ptr} + ({index_s}), {mask}{other})"
+        return self._tracked(load, self.kernel.varies_along_r(merged))
 
-    def store(self, name, index, value):
+    def store(self, name, index, value, mode=None):
         index_s = self._index(index)
-        self.kernel.store_cache[(name, index_s)] = value
+        if mode is None:  # an atomic add leaves the sum in memory, not `value`
+            self.kernel.store_cache[(name, index_s)] = value
         if name in self.kernel.removed_buffers:
             return
         ptr = self.kernel.args.output(name)
-        mask = self.kernel.mask(self.node.rewrite_index(index))
-        line = f"tl.store({ptr} + ({index_s}), {value}, {mask})"
+        mask = self.kernel.mask(self.node.rewrite_index(index), self.after_loop)
+        if mode == "atomic_add":
+            line = f"tl.atomic_add({ptr} + ({index_s}), {value}, {mask}, sem='relaxed')"
+        else:
+            line = f"tl.store({ptr} + ({index_s}), {value}, {mask})"
         (self.kernel.suffix if self.after_loop else self.kernel.lines).append(line)
 
     def index_expr(self, expr, dtype):
-        index_s = self._index(expr)
-        cast = f"({index_s}).to({TRITON_DTYPES[dtype]})"
-        return self.kernel.newvar(cast, self.after_loop)
+        merged = self.node.rewrite_index(expr)
+        cast = f"({self.kernel.index_str(merged)}).to({TRITON_DTYPES[dtype]})"
+        return self._tracked(cast, self.kernel.varies_along_r(merged))
+
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        k, size = self.kernel, int(size)
+        after = self.after_loop or x in k.after_loop
+        var = x
+        if wrap_neg:
+            var = k.newvar(f"tl.where({x} < 0, {x} + {size}, {x})", after)
+        if x in k.along_r:
+            k.along_r.add(var)
+        if check and var not in k.checked:
+            k.checked.add(var)
+            inside = f"(0 <= {var}) & ({var} < {size})"
+            if config.debug_indexing:
+                mask = "xmask & rmask" if var in k.along_r else "xmask"
+                where = ", ".join(sorted(self.node.origins))
+                message = f"index out of bounds: {var} not in [0, {size}) in {where}"
+                line = f'tl.device_assert(({inside}) | ~({mask}), "{message}")'
+                (k.suffix if after else k.lines).append(line)
+                k.asserts = True
+            else:
+                k.bounds[var] = k.newvar(inside, after)
+        # a symbol named after the tmp: index_str prints it into the address
+        return sympy.Symbol(var, integer=True)
+
+    def _tracked(self, expr: str, along_r: bool) -> str:
+        var = self.kernel.newvar(expr, self.after_loop)
+        if along_r and not self.after_loop:
+            self.kernel.along_r.add(var)
+        return var
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
         # the same body reduced the same way twice (a Welford pair, max and argmax
@@ -429,10 +479,12 @@ class KernelOpsHandler:
         method = getattr(self.kernel.overrides, name)
 
         def op(*args):
-            after = self.after_loop or any(
-                a in self.kernel.after_loop for a in args if isinstance(a, str)
-            )
-            return self.kernel.newvar(method(*args), after_loop=after)
+            names = [a for a in args if isinstance(a, str)]
+            after = self.after_loop or any(a in self.kernel.after_loop for a in names)
+            var = self.kernel.newvar(method(*args), after_loop=after)
+            if not after and any(a in self.kernel.along_r for a in names):
+                self.kernel.along_r.add(var)
+            return var
 
         return op
 
@@ -477,8 +529,10 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + sizes + blocks)
+    # device asserts are compiled in only in Triton's debug mode (chapter 10)
+    decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
-        ["@triton.jit", f"def KERNEL_NAME({params}):"]
+        [decorator, f"def KERNEL_NAME({params}):"]
         + ["    " + line for line in _kernel_body(kernel, pid, dict(meta))]
     )
     return GeneratedKernel(

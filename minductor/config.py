@@ -29,6 +29,8 @@ class Config:
     outer_persistent_limit: int = 64
     # the most scheduler nodes one fused kernel may hold (ch. 7)
     max_fusion_size: int = 64
+    # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 8)
+    debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
     # where generated modules are written (ch. 10)
     cache_dir: str = field(default_factory=_default_cache_dir)
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import sympy
 import torch
 
 from minductor.ops import CountingHandler, body_to_str, ops, set_handler
-from minductor.sizevars import contiguous_strides, flat_index, index_vars, product
+from minductor.sizevars import (
+    affine_coefficients,
+    contiguous_strides,
+    flat_index,
+    index_vars,
+    product,
+)
 
 Index = Sequence[sympy.Expr]
 InnerFn = Callable[[Index], Any]
@@ -264,6 +270,139 @@ class MultiOutput(Buffer):
         return f"{self.name}: MultiOutput({source}, {self.layout!r})"
 
 
+@dataclass(frozen=True, eq=False)
+class ReinterpretView(IRNode):
+    """A buffer's memory read through another layout: a transpose, a slice, an expand."""
+
+    data: Buffer
+    layout: FixedLayout  # its offset counts from data's first element
+
+    def get_size(self):
+        return self.layout.size
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self) -> InnerFn:
+        name, layout = self.data.name, self.layout
+
+        def loader(index: Index) -> Any:
+            return ops.load(name, flat_index(index, layout.stride, layout.offset))
+
+        return loader
+
+    def reindexed(self, size: Index, reindex: Callable) -> ReinterpretView | None:
+        """This view read through `reindex` (new index -> ours), if still strided."""
+        variables = index_vars(len(size))
+        lay = self.layout
+        position = flat_index(reindex(variables), lay.stride, lay.offset)
+        affine = affine_coefficients(sympy.expand(position), variables)
+        if affine is None:
+            return None
+        offset, stride = affine
+        if any(s < 0 for s in stride):  # a flip: no tensor has negative strides
+            return None
+        layout = FixedLayout(lay.device, lay.dtype, tuple(size), tuple(stride), offset)
+        return ReinterpretView(self.data, layout)
+
+    def __repr__(self) -> str:
+        lay = self.layout
+        return (
+            f"ReinterpretView({self.data.name}, size={_ints(lay.size)}, "
+            f"stride={_ints(lay.stride)}, offset={lay.offset})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GenericView(IRNode):
+    """A value with no memory of its own, read at re-indexed positions."""
+
+    box: TensorBox
+    size: tuple[sympy.Expr, ...]
+    reindex: Callable[[Index], Index]  # view index -> index into box
+
+    def get_size(self):
+        return self.size
+
+    def get_dtype(self):
+        return self.box.get_dtype()
+
+    def get_device(self):
+        return self.box.get_device()
+
+    def make_loader(self) -> InnerFn:
+        box, reindex = self.box, self.reindex
+
+        def loader(index: Index) -> Any:
+            return box.make_loader()(reindex(index))
+
+        return loader
+
+    def __repr__(self) -> str:
+        where = list(self.reindex(index_vars(len(self.size))))
+        return f"GenericView(size={_ints(self.size)}, reads {where} of {self.box!r})"
+
+
+def strided_view(data: IRNode) -> ReinterpretView | None:
+    """`data` as a strided window onto a buffer, if its values are in memory that way."""
+    if isinstance(data, ReinterpretView):
+        return data
+    if isinstance(data, Buffer) and isinstance(data.layout, FixedLayout):
+        own = replace(data.layout, offset=sympy.Integer(0))
+        return ReinterpretView(data, own)
+    if isinstance(data, GenericView):
+        inner = strided_view(data.box.data)
+        return inner.reindexed(data.size, data.reindex) if inner else None
+    return None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReinterpretBuffer(Buffer):
+    """A buffer that is a strided view of another, made by the wrapper without a copy."""
+
+    base: Buffer
+
+    def input_buffers(self) -> list[Buffer]:
+        return [self.base]
+
+    def __repr__(self) -> str:
+        lay = self.layout
+        return (
+            f"{self.name}: ReinterpretBuffer({self.base.name}, size={_ints(lay.size)}, "
+            f"stride={_ints(lay.stride)}, offset={lay.offset})"
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class NonOwningLayout(FixedLayout):
+    """A layout inside another buffer's memory: `owner` allocates, this one writes."""
+
+    owner: str = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"NonOwningLayout(in {self.owner}, size={_ints(self.size)}, "
+            f"stride={_ints(self.stride)}, offset={self.offset})"
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConcatBuffer(Buffer):
+    """The result of `cat`: memory that its pieces were written into, slice by slice."""
+
+    pieces: tuple[Buffer, ...]
+
+    def input_buffers(self) -> list[Buffer]:
+        return list(self.pieces)
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.name for p in self.pieces)
+        return f"{self.name}: ConcatBuffer([{names}], {self.layout!r})"
+
+
 class TensorBox:
     def __init__(self, data: IRNode):
         self.data = data
@@ -287,14 +426,63 @@ class TensorBox:
         """Give the value memory: wrap its body in a ComputedBuffer named by `graph`."""
         if isinstance(self.data, Buffer):
             return self.data
-        assert isinstance(self.data, (Pointwise, Reduction)), self.data
-        layout = FixedLayout.contiguous(
-            self.data.device, self.data.dtype, self.data.ranges
-        )
-        buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
+        strided = strided_view(self.data)
+        if strided is not None:  # a view of memory: no copy
+            name = graph.new_buffer_name()
+            buf: Buffer = ReinterpretBuffer(name, strided.layout, strided.data)
+        else:
+            if isinstance(self.data, GenericView):  # computed in the view's order
+                view = self.data
+                origins = getattr(view.box.data, "origins", frozenset())
+                self.data = Pointwise(
+                    view.get_device(),
+                    view.get_dtype(),
+                    view.make_loader(),
+                    view.size,
+                    origins,
+                )
+            assert isinstance(self.data, (Pointwise, Reduction)), self.data
+            layout = FixedLayout.contiguous(
+                self.data.device, self.data.dtype, self.data.ranges
+            )
+            buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
         graph.register_buffer(buf)
         self.data = buf
         return buf
 
     def __repr__(self) -> str:
         return f"TensorBox({self.data!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Scatter(Pointwise):
+    """A body that writes element i at output_indexer(i) instead of at i."""
+
+    output_indexer: Callable[[Index], sympy.Expr] | None = None
+    scatter_mode: str | None = None  # None: store; "atomic_add": add to what is there
+
+    def __repr__(self) -> str:
+        return (
+            f"Scatter({self.device.type}, {_short(self.dtype)}, {self.scatter_mode}, "
+            f"ranges={_ints(self.ranges)}, origins={sorted(self.origins)})"
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MutationBuffer(ComputedBuffer):
+    """Runs a Scatter into target's memory; readers of the result read this name."""
+
+    target: Buffer
+
+    def store_output(self, index: Index, rindex: Index = ()) -> None:
+        s = self.data
+        where = s.output_indexer(index)
+        ops.store(self.name, where, s.inner_fn(index), s.scatter_mode)
+
+    def dump(self) -> str:
+        body = body_to_str(self.store_output, index_vars(len(self.data.ranges)))
+        lines = [repr(self), f"  origins: {', '.join(sorted(self.origins))}"]
+        return "\n".join(lines + ["  " + line for line in body.splitlines()])
+
+    def __repr__(self) -> str:
+        return f"{self.name}: MutationBuffer(into {self.target.name}, {self.data!r})"

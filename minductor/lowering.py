@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import operator
@@ -19,16 +20,31 @@ from minductor.ir import (
     Buffer,
     FallbackKernel,
     FixedLayout,
+    GenericView,
     InputBuffer,
     MultiOutput,
     MultiOutputLayout,
+    MutationBuffer,
     Pointwise,
     Index,
     Reduction,
+    ReinterpretView,
+    Scatter,
     TensorBox,
+    strided_view,
+    ConcatBuffer,
+    ComputedBuffer,
+    NonOwningLayout,
 )
 from minductor.ops import ops
-from minductor.sizevars import SizeVarAllocator, contiguous_strides, flat_index
+from minductor.sizevars import (
+    FloorDiv,
+    ModularIndexing,
+    SizeVarAllocator,
+    contiguous_strides,
+    flat_index,
+    product,
+)
 
 log = logging.getLogger("minductor")
 aten = torch.ops.aten
@@ -474,6 +490,17 @@ def clone(x, *, memory_format=None):
     return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
 
 
+@register_lowering(aten.copy)
+def copy(x, src, non_blocking=False):
+    """The functional copy_: src, broadcast to x's shape and converted to its dtype."""
+    if src.get_device() != x.get_device():
+        raise Unsupported("copy between devices")
+    load = converting_loader(src, x.get_size(), x.get_dtype())
+    return TensorBox(
+        Pointwise(x.get_device(), x.get_dtype(), load, x.get_size(), _origins([src]))
+    )
+
+
 def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {dtype}")
@@ -503,6 +530,553 @@ def to_copy(
 @register_lowering(prims.convert_element_type)
 def convert_element_type(x, dtype):
     return _convert(x, dtype)
+
+
+def _ints_to_exprs(size: Sequence[Any]) -> tuple[sympy.Expr, ...]:
+    return tuple(sympy.Integer(s) if isinstance(s, int) else s for s in size)
+
+
+def make_view(x: TensorBox, size: Sequence[Any], reindex: Callable) -> TensorBox:
+    """x read through `reindex` (view index -> x's index): strided when it can be."""
+    size = _ints_to_exprs(size)
+    strided = strided_view(x.data)
+    if strided is not None and (view := strided.reindexed(size, reindex)) is not None:
+        return TensorBox(view)
+    return TensorBox(GenericView(x, size, reindex))
+
+
+def _dim(dim: int, ndim: int) -> int:
+    return dim % max(ndim, 1)
+
+
+@register_lowering(aten.permute)
+def permute(x, dims):
+    ndim = len(x.get_size())
+    dims = [_dim(d, ndim) for d in dims]
+
+    def reindex(index):
+        old: list[Any] = [None] * ndim
+        for k, d in enumerate(dims):
+            old[d] = index[k]
+        return old
+
+    return make_view(x, [x.get_size()[d] for d in dims], reindex)
+
+
+@register_lowering(aten.transpose.int)
+def transpose(x, dim0, dim1):
+    order = list(range(len(x.get_size())))
+    a, b = _dim(dim0, len(order)), _dim(dim1, len(order))
+    order[a], order[b] = order[b], order[a]
+    return permute(x, order)
+
+
+@register_lowering(aten.t)
+def t(x):
+    return transpose(x, 0, 1) if len(x.get_size()) == 2 else alias(x)
+
+
+@register_lowering(aten.alias)
+def alias(x):
+    return make_view(x, x.get_size(), lambda index: list(index))
+
+
+@register_lowering(aten.unsqueeze)
+def unsqueeze(x, dim):
+    size = list(x.get_size())
+    dim = dim % (len(size) + 1)
+    size.insert(dim, sympy.Integer(1))
+    return make_view(x, size, lambda index: list(index[:dim]) + list(index[dim + 1 :]))
+
+
+@register_lowering(aten.squeeze)
+def squeeze(x, dim=None):
+    size = x.get_size()
+    if dim is None:
+        dims = range(len(size))
+    else:
+        dims = [dim] if isinstance(dim, int) else dim
+    gone = {_dim(d, len(size)) for d in dims if size[_dim(d, len(size))] == 1}
+    kept = [k for k in range(len(size)) if k not in gone]
+
+    def reindex(index):
+        old: list[Any] = [sympy.Integer(0)] * len(size)
+        for k, i in zip(kept, index):
+            old[k] = i
+        return old
+
+    return make_view(x, [size[k] for k in kept], reindex)
+
+
+@register_lowering(aten.expand)
+def expand(x, size, *, implicit=False):
+    old = x.get_size()
+    skip = len(size) - len(old)
+    new = [
+        old[k - skip] if s == -1 else sympy.Integer(s) for k, s in enumerate(size)
+    ]
+
+    def reindex(index):
+        return [
+            sympy.Integer(0) if old[k] == 1 and new[skip + k] != 1 else index[skip + k]
+            for k in range(len(old))
+        ]
+
+    return make_view(x, new, reindex)
+
+
+def _clamp(value: int | None, default: int, n: int) -> int:
+    if value is None:
+        return default
+    if value < 0:
+        value += n
+    return min(max(value, 0), n)
+
+
+@register_lowering(aten.slice.Tensor)
+def slice_(x, dim=0, start=None, end=None, step=1):
+    size = list(x.get_size())
+    dim = _dim(dim, len(size))
+    n = int(size[dim])
+    start, end = _clamp(start, 0, n), _clamp(end, n, n)
+    size[dim] = sympy.Integer(max(0, -(-(end - start) // step)))
+
+    def reindex(index):
+        old = list(index)
+        old[dim] = start + index[dim] * step
+        return old
+
+    return make_view(x, size, reindex)
+
+
+@register_lowering(aten.select.int)
+def select(x, dim, index):
+    size = list(x.get_size())
+    dim = _dim(dim, len(size))
+    index = index + int(size[dim]) if index < 0 else index
+
+    def reindex(view_index):
+        return list(view_index[:dim]) + [sympy.Integer(index)] + list(view_index[dim:])
+
+    return make_view(x, size[:dim] + size[dim + 1 :], reindex)
+
+
+@register_lowering(aten.diagonal)
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    size = x.get_size()
+    d1, d2 = _dim(dim1, len(size)), _dim(dim2, len(size))
+    row, col = max(-offset, 0), max(offset, 0)  # where the diagonal starts
+    length = max(0, min(int(size[d1]) - row, int(size[d2]) - col))
+    rest = [k for k in range(len(size)) if k not in (d1, d2)]
+
+    def reindex(index):
+        old: list[Any] = [None] * len(size)
+        for k, i in zip(rest, index):
+            old[k] = i
+        old[d1], old[d2] = row + index[-1], col + index[-1]
+        return old
+
+    return make_view(x, [size[k] for k in rest] + [length], reindex)
+
+
+@register_lowering(aten.unfold)
+def unfold(x, dimension, size, step):
+    shape = list(x.get_size())
+    if not shape:
+        raise Unsupported("unfold of a 0-d tensor")
+    d = _dim(dimension, len(shape))
+    count = (int(shape[d]) - size) // step + 1
+    new = shape[:d] + [count] + shape[d + 1 :] + [size]
+
+    def reindex(index):
+        old = list(index[:-1])
+        old[d] = index[d] * step + index[-1]
+        return old
+
+    return make_view(x, new, reindex)
+
+
+@register_lowering(aten.split_with_sizes)
+def split_with_sizes(x, split_sizes, dim=0):
+    start, pieces = 0, []
+    for length in split_sizes:
+        pieces.append(slice_(x, dim, start, start + length))
+        start += length
+    return tuple(pieces)
+
+
+@register_lowering(aten.split.Tensor)
+def split(x, split_size, dim=0):
+    n = int(x.get_size()[_dim(dim, len(x.get_size()))])
+    sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
+    return split_with_sizes(x, sizes, dim)
+
+
+@register_lowering(aten.unbind.int)
+def unbind(x, dim=0):
+    n = int(x.get_size()[_dim(dim, len(x.get_size()))])
+    return tuple(select(x, dim, k) for k in range(n))
+
+
+def view_strides(old_size, old_stride, new_size) -> list[sympy.Expr] | None:
+    """Strides for `new_size` over memory laid out as (old_size, old_stride), or None."""
+    if not old_size or product(old_size) == 0:
+        return contiguous_strides(new_size)
+    runs: list[tuple[sympy.Expr, sympy.Expr]] = []  # (numel, innermost stride)
+    for size, stride in zip(old_size, old_stride):
+        if size == 1:
+            continue
+        if runs and runs[-1][1] == stride * size:  # continues the outer run
+            runs[-1] = (runs[-1][0] * size, stride)
+        else:
+            runs.append((size, stride))
+    new_stride: list[Any] = [None] * len(new_size)
+    k = len(new_size) - 1
+    for numel, stride in reversed(runs):
+        covered = sympy.Integer(1)
+        while covered < numel:
+            if k < 0:
+                return None
+            new_stride[k] = stride * covered
+            covered *= new_size[k]
+            k -= 1
+        if covered != numel:
+            return None  # a new dimension straddles two runs
+    for j in range(k, -1, -1):  # what is left can only be size-1 dimensions
+        if new_size[j] != 1:
+            return None
+        new_stride[j] = new_stride[j + 1] * new_size[j + 1] if j + 1 < len(new_size) else 1
+    return [sympy.Integer(s) if isinstance(s, int) else s for s in new_stride]
+
+
+def _reshape_groups(old, new) -> list[tuple[int, int, int, int]] | None:
+    """(old dims a:i, new dims b:j) groups with equal products, innermost first."""
+    groups, i, j = [], len(old), len(new)
+    while i > 0 or j > 0:
+        a, b = max(i - 1, 0), max(j - 1, 0)
+        have_old = product(old[a:i])
+        have_new = product(new[b:j])
+        while have_old != have_new:
+            if have_old < have_new and a > 0:
+                a -= 1
+                have_old *= old[a]
+            elif have_new < have_old and b > 0:
+                b -= 1
+                have_new *= new[b]
+            else:
+                return None
+        groups.append((a, i, b, j))
+        i, j = a, b
+    return groups
+
+
+def reshape_reindex(old, new) -> Callable[[Index], list[sympy.Expr]]:
+    old, new = list(old), list(new)
+    groups = _reshape_groups(old, new) if product(old) != 0 else None
+    if groups is None:  # no elements: any index will do, none is ever read
+        groups = [(0, len(old), 0, len(new))]
+
+    def reindex(index):
+        result: list[Any] = [None] * len(old)
+        for a, i, b, j in groups:
+            flat = flat_index(index[b:j], contiguous_strides(new[b:j]))
+            inner = sympy.Integer(1)
+            for k in range(i - 1, a - 1, -1):
+                if k == a:
+                    result[k] = FloorDiv(flat, inner)
+                else:
+                    result[k] = ModularIndexing(flat, inner, old[k])
+                inner *= old[k]
+        return result
+
+    return reindex
+
+
+def _infer_size(size: Sequence[int], numel: int) -> list[int]:
+    size = list(size)
+    if -1 in size:
+        known = math.prod(s for s in size if s != -1)
+        size[size.index(-1)] = numel // known if known else 0
+    return size
+
+
+@register_lowering(aten.view.default, aten._unsafe_view, aten.reshape)
+def view(x, size):
+    old = x.get_size()
+    new = _ints_to_exprs(_infer_size(size, int(product(old))))
+    strided = strided_view(x.data)
+    if strided is not None:
+        stride = view_strides(old, strided.layout.stride, new)
+        if stride is not None:
+            lay = strided.layout
+            layout = FixedLayout(lay.device, lay.dtype, new, tuple(stride), lay.offset)
+            return TensorBox(ReinterpretView(strided.data, layout))
+    return TensorBox(GenericView(x, new, reshape_reindex(old, new)))
+
+
+def _eager_storage_is_ours(graph, x: TensorBox) -> bool:
+    meta = graph.current_node.args[0].meta.get("val")
+    return (
+        isinstance(meta, torch.Tensor)
+        and meta.is_contiguous()
+        and meta.storage_offset() == 0
+        and meta.untyped_storage().nbytes() == meta.numel() * meta.element_size()
+    )
+
+
+@register_lowering(aten.as_strided, graph=True)
+def as_strided(graph, x, size, stride, storage_offset=None):
+    strided = strided_view(x.data)
+    if strided is None or not isinstance(strided.data, InputBuffer):
+        if not _eager_storage_is_ours(graph, x):
+            raise NotImplementedError(
+                "minductor: as_strided of a computed value whose storage in eager is "
+                "not a plain contiguous tensor"
+            )
+        strided = strided_view(graph.realize_intermediate(x))
+    base = strided.data
+    if storage_offset is None:
+        offset = strided.layout.offset
+    else:  # counted from the storage's start; our offsets from the buffer's first element
+        offset = sympy.Integer(storage_offset) - base.layout.offset
+    layout = FixedLayout(
+        base.layout.device,
+        base.layout.dtype,
+        _ints_to_exprs(size),
+        _ints_to_exprs(stride),
+        offset,
+    )
+    return TensorBox(ReinterpretView(base, layout))
+
+
+@register_lowering(aten.flip)
+def flip(x, dims):
+    size = x.get_size()
+    flipped = {_dim(d, len(size)) for d in dims}
+
+    def reindex(index):
+        return [
+            size[k] - 1 - i if k in flipped else i for k, i in enumerate(index)
+        ]
+
+    return TensorBox(GenericView(x, size, reindex))
+
+
+@register_lowering(aten.roll)
+def roll(x, shifts, dims=()):
+    size = x.get_size()
+    if not dims:  # roll the flattened tensor, then put the shape back
+        flat = view(x, [-1])
+        return view(roll(flat, shifts, [0]), list(size))
+    moved = {_dim(d, len(size)): s for d, s in zip(dims, shifts)}
+
+    def reindex(index):
+        old = list(index)
+        for d, shift in moved.items():
+            n = int(size[d])
+            if n:
+                old[d] = ModularIndexing(index[d] + (n - shift % n), 1, n)
+        return old
+
+    return TensorBox(GenericView(x, size, reindex))
+
+
+@register_lowering(aten.repeat)
+def repeat(x, repeats):
+    old = x.get_size()
+    skip = len(repeats) - len(old)
+    new = [
+        r * (old[k - skip] if k >= skip else 1) for k, r in enumerate(repeats)
+    ]
+
+    def reindex(index):
+        return [
+            ModularIndexing(index[skip + k], 1, old[k]) if old[k] != 1 else 0
+            for k in range(len(old))
+        ]
+
+    return TensorBox(GenericView(x, _ints_to_exprs(new), reindex))
+
+
+def _triangle(upper: bool) -> Callable[..., TensorBox]:
+    def lowering(x, diagonal=0):
+        load, dtype = x.make_loader(), x.get_dtype()
+
+        def inner_fn(index):
+            above = ops.index_expr(index[-1] - index[-2], torch.int64)
+            bound = ops.constant(diagonal, torch.int64)
+            keep = ops.ge(above, bound) if upper else ops.le(above, bound)
+            return ops.where(keep, load(index), ops.constant(0, dtype))
+
+        size = x.get_size()
+        return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, _origins([x])))
+
+    return lowering
+
+
+register_lowering(aten.triu)(_triangle(True))
+register_lowering(aten.tril)(_triangle(False))
+
+
+def _factory(value: int) -> Callable[..., TensorBox]:
+    def lowering(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+        return _constant_box(value, size, dtype or torch.get_default_dtype(), device)
+
+    return lowering
+
+
+register_lowering(aten.zeros)(_factory(0))
+register_lowering(aten.ones)(_factory(1))
+
+
+def _new(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
+    def lowering(x, size, *args, dtype=None, layout=None, device=None, pin_memory=None):
+        dtype, device = dtype or x.get_dtype(), device or x.get_device()
+        return _constant_box(value_of(args), size, dtype, device)
+
+    return lowering
+
+
+register_lowering(aten.new_zeros)(_new(lambda args: 0))
+register_lowering(aten.new_ones)(_new(lambda args: 1))
+register_lowering(aten.new_full)(_new(lambda args: args[0]))
+
+
+def _like(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
+    def lowering(x, *args, dtype=None, device=None, memory_format=None, **unused):
+        dtype, device = dtype or x.get_dtype(), device or x.get_device()
+        return _constant_box(value_of(args), x.get_size(), dtype, device)
+
+    return lowering
+
+
+register_lowering(aten.zeros_like)(_like(lambda args: 0))
+register_lowering(aten.ones_like)(_like(lambda args: 1))
+register_lowering(aten.full_like)(_like(lambda args: args[0]))
+
+
+def _index_value(expr: sympy.Expr) -> Any:
+    return ops.index_expr(expr, torch.int64)
+
+
+def _within(expr: sympy.Expr, lo: Any, hi: Any) -> Any:
+    """lo <= expr < hi, as a boolean value."""
+    value = _index_value(expr)
+    return ops.logical_and(
+        ops.ge(value, ops.constant(lo, torch.int64)),
+        ops.lt(value, ops.constant(hi, torch.int64)),
+    )
+
+
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(x, pad, value=0):
+    size, dtype = list(x.get_size()), x.get_dtype()
+    new, shifts = list(size), {}
+    for k in range(len(pad) // 2):
+        d = len(size) - 1 - k  # pads come in (low, high) pairs from the last dim
+        low, high = pad[2 * k], pad[2 * k + 1]
+        new[d] = size[d] + low + high
+        shifts[d] = (low, size[d])
+    if any(n == 0 for _, n in shifts.values()):  # nothing to read: all fill
+        return _constant_box(value, new, dtype, x.get_device())
+    load = x.make_loader()
+
+    def inner_fn(index):
+        source, inside = list(index), None
+        for d, (low, n) in shifts.items():
+            shifted = index[d] - low
+            source[d] = sympy.Max(0, sympy.Min(shifted, n - 1))
+            here = _within(shifted, 0, n)
+            inside = here if inside is None else ops.logical_and(inside, here)
+        loaded = load(source)
+        if inside is None:
+            return loaded
+        return ops.where(inside, loaded, ops.constant(value, dtype))
+
+    box = Pointwise(x.get_device(), dtype, inner_fn, tuple(new), _origins([x]))
+    return TensorBox(box)
+
+
+@register_lowering(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    d = _dim(dim, len(size))
+    n = int(size[d])
+    start, end = _clamp(start, 0, n), _clamp(end, n, n)
+    count = int(src.get_size()[d])
+    if count == 0:
+        return clone(x)
+    load_x = x.make_loader()
+    load_src = converting_loader(src, src.get_size(), x.get_dtype())
+
+    def inner_fn(index):
+        shifted = index[d] - start
+        position = sympy.Max(shifted, 0)
+        inside = _within(shifted, 0, end - start)
+        if step != 1:
+            on_step = ops.eq(
+                _index_value(ModularIndexing(position, 1, step)),
+                ops.constant(0, torch.int64),
+            )
+            inside = ops.logical_and(inside, on_step)
+        source = list(index)
+        source[d] = sympy.Min(FloorDiv(position, step), count - 1)
+        return ops.where(inside, load_src(source), load_x(index))
+
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    return TensorBox(box)
+
+
+@register_lowering(aten.select_scatter)
+def select_scatter(x, src, dim, index):
+    size = x.get_size()
+    d = _dim(dim, len(size))
+    index = index + int(size[d]) if index < 0 else index
+    load_x = x.make_loader()
+    load_src = converting_loader(src, src.get_size(), x.get_dtype())
+
+    def inner_fn(i):
+        hit = ops.eq(_index_value(i[d]), ops.constant(index, torch.int64))
+        return ops.where(hit, load_src(list(i[:d]) + list(i[d + 1 :])), load_x(i))
+
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    return TensorBox(box)
+
+
+@register_lowering(aten.cat, graph=True)
+def cat(graph, tensors, dim=0):
+    tensors = [t for t in tensors if list(t.get_size()) != [0] or len(tensors) == 1]
+    size = list(tensors[0].get_size())
+    dim = _dim(dim, len(size))
+    size[dim] = sum((t.get_size()[dim] for t in tensors), sympy.Integer(0))
+    dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
+    device = _device(tensors)
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"cat of {dtype}")
+    layout = FixedLayout.contiguous(device, dtype, size)
+    name = graph.new_buffer_name()
+    pieces, start = [], sympy.Integer(0)
+    for t in tensors:
+        part = t.get_size()
+        if product(part) != 0:
+            offset = start * layout.stride[dim]
+            slot = NonOwningLayout(device, dtype, tuple(part), layout.stride, offset, name)
+            load = converting_loader(t, part, dtype)
+            origins = _origins([t]) | {"cat"}
+            body = Pointwise(device, dtype, load, tuple(part), origins)
+            piece = ComputedBuffer(graph.new_buffer_name(), slot, body)
+            graph.register_buffer(piece)
+            pieces.append(piece)
+        start += part[dim]
+    result = ConcatBuffer(name, layout, tuple(pieces))
+    graph.register_buffer(result)
+    return TensorBox(result)
+
+
+@register_lowering(aten.stack, graph=True)
+def stack(graph, tensors, dim=0):
+    dim = dim % (len(tensors[0].get_size()) + 1)
+    return cat(graph, [unsqueeze(t, dim) for t in tensors], dim)
 
 
 def _reduced_dims(ndim: int, dims: Any) -> list[int]:
@@ -775,6 +1349,223 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
     return loss, _convert(total_weight, x.get_dtype())
 
 
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def indirect_loader(
+    index: TensorBox, shape, x: TensorBox, dim: int, wrap_neg: bool
+) -> Callable[[Index], sympy.Expr]:
+    """index (broadcast to shape) as a position along dimension dim of x."""
+    if index.get_dtype() not in INDEX_DTYPES:
+        raise Unsupported(f"index tensor of dtype {index.get_dtype()}")
+    load = broadcast_loader(index, shape)
+    size = x.get_size()[dim]
+    # an int32 position times a stride could overflow int32 in a tensor this large
+    widen = index.get_dtype() != torch.int64 and product(x.get_size()) >= 2**31
+
+    def position(i: Index) -> sympy.Expr:
+        value = load(i)
+        if widen:
+            value = ops.to_dtype(value, torch.int64)
+        return ops.indirect_indexing(value, size, True, wrap_neg)
+
+    return position
+
+
+def _gathered(x: TensorBox, index: TensorBox, ranges, where: Callable) -> TensorBox:
+    """A Pointwise over ranges that reads x at where(i), a list of positions."""
+    if x.get_dtype() not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {x.get_dtype()}")
+    loader = x.make_loader()
+    return TensorBox(
+        Pointwise(
+            _device([x, index]),
+            x.get_dtype(),
+            lambda i: loader(where(i)),
+            tuple(ranges),
+            _origins([x, index]),
+        )
+    )
+
+
+def _along(x: TensorBox, dim: int, index: TensorBox) -> Callable[[Index], list]:
+    """i -> i with position dim replaced by index[i]: gather's (and scatter's) rule."""
+    size, ranges = x.get_size(), index.get_size()
+    if not size or len(ranges) != len(size):
+        raise Unsupported("an index whose rank is not x's, or a 0-d x")
+    dim %= len(size)
+    if any(ranges[d] > size[d] for d in range(len(size)) if d != dim):
+        raise Unsupported("an index larger than x")  # eager raises; so will ATen
+    position = indirect_loader(index, index.get_size(), x, dim, False)
+
+    def where(i):
+        full = list(i)
+        full[dim] = position(i)
+        return full
+
+    return where
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index, sparse_grad=False):
+    return _gathered(x, index, index.get_size(), _along(x, dim, index))
+
+
+@register_lowering(aten.index_select)
+def index_select(x, dim, index):
+    size = x.get_size()
+    if not size or len(index.get_size()) > 1:
+        raise Unsupported("index_select of a 0-d tensor or with a 2-d index")
+    dim %= len(size)
+    n = product(index.get_size())
+    position = indirect_loader(index, index.get_size(), x, dim, False)
+    one_d = len(index.get_size()) == 1
+
+    def where(i):
+        full = list(i)
+        full[dim] = position([i[dim]] if one_d else [])
+        return full
+
+    return _gathered(x, index, (*size[:dim], n, *size[dim + 1 :]), where)
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise Unsupported("embedding of a table that is not 2-d")
+    rows, width = weight.get_size()
+    n = len(indices.get_size())
+    position = indirect_loader(indices, indices.get_size(), weight, 0, False)
+    ranges = (*indices.get_size(), width)
+    return _gathered(weight, indices, ranges, lambda i: [position(i[:n]), i[n]])
+
+
+def advanced_index(x: TensorBox, indices: Sequence[Any]):
+    """The output shape of x[indices], and the function from an output index to x's."""
+    size = x.get_size()
+    if len(indices) > len(size):
+        raise Unsupported("more indices than dimensions")
+    indices = list(indices) + [None] * (len(size) - len(indices))
+    dims = [d for d, t in enumerate(indices) if t is not None]
+    if not dims:
+        raise Unsupported("no index tensors")
+    if any(indices[d].get_dtype() in (torch.bool, torch.uint8) for d in dims):
+        raise Unsupported("a boolean mask index: the result's size depends on data")
+    try:
+        shape = broadcast_shapes(*[indices[d].get_size() for d in dims])
+    except RuntimeError:  # eager raises; so will ATen
+        raise Unsupported("index tensors that do not broadcast") from None
+    position = {d: indirect_loader(indices[d], shape, x, d, True) for d in dims}
+    rest = [d for d in range(len(size)) if d not in position]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    first = dims[0] if adjacent else 0  # where the broadcast dims go in the output
+    ranges = (
+        *[size[d] for d in rest[:first]],
+        *shape,
+        *[size[d] for d in rest[first:]],
+    )
+
+    def where(i):
+        inner = i[first : first + len(shape)]
+        full: list[Any] = [None] * len(size)
+        for d, v in zip(rest, [*i[:first], *i[first + len(shape) :]]):
+            full[d] = v
+        for d in dims:
+            full[d] = position[d](inner)
+        return full
+
+    return ranges, where, [indices[d] for d in dims]
+
+
+@register_lowering(aten.index.Tensor)
+def index(x, indices):
+    ranges, where, boxes = advanced_index(x, indices)
+    return _gathered(x, boxes[0], ranges, where)
+
+
+ATOMIC_ADD_DTYPES = (
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+)
+
+
+def _scatter(graph, x, ranges, where, value, mode, origin: str) -> TensorBox:
+    """A copy of x, then a MutationBuffer writing value(i) at x's position where(i)."""
+    if x.get_dtype() not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {x.get_dtype()}")
+    if mode == "atomic_add" and x.get_dtype() not in ATOMIC_ADD_DTYPES:
+        raise Unsupported(f"atomic add of {x.get_dtype()}")
+    target = graph.realize_intermediate(clone(x))
+    indexer = target.layout.make_indexer()
+    body = Scatter(
+        x.get_device(),
+        x.get_dtype(),
+        value,
+        tuple(ranges),
+        frozenset({origin}),
+        lambda i: indexer(where(i)),
+        mode,
+    )
+    buf = MutationBuffer(graph.new_buffer_name(), target.layout, body, target)
+    graph.register_buffer(buf)
+    return TensorBox(buf)
+
+
+def _values(src: Any, x: TensorBox, ranges, broadcast=False) -> Callable:
+    """What a scatter writes at i: src[i] (broadcast for index_put), or a number."""
+    if not isinstance(src, TensorBox):
+        return lambda i: ops.constant(src, x.get_dtype())
+    if src.get_dtype() != x.get_dtype():
+        raise Unsupported("a scatter source of another dtype")
+    if not broadcast:  # scatter: src may be larger than the index; read src[i]
+        if len(src.get_size()) != len(ranges) or any(
+            r > s for r, s in zip(ranges, src.get_size())
+        ):
+            raise Unsupported("a scatter source smaller than the index")
+        return src.make_loader()
+    if not _broadcasts_to(src.get_size(), ranges):  # eager raises; so will ATen
+        raise Unsupported("values that do not broadcast to the indexed shape")
+    return broadcast_loader(src, ranges)
+
+
+def _broadcasts_to(size, shape) -> bool:
+    try:
+        return broadcast_shapes(shape, size) == tuple(shape)
+    except RuntimeError:
+        return False
+
+
+@register_lowering(aten.scatter.src, aten.scatter.value, graph=True)
+def scatter(graph, x, dim, index, src):
+    where, value = _along(x, dim, index), _values(src, x, index.get_size())
+    return _scatter(graph, x, index.get_size(), where, value, None, "scatter")
+
+
+@register_lowering(aten.scatter_add, graph=True)
+def scatter_add(graph, x, dim, index, src):
+    ranges = index.get_size()
+    where, value = _along(x, dim, index), _values(src, x, ranges)
+    return _scatter(graph, x, ranges, where, value, "atomic_add", "scatter_add")
+
+
+@register_lowering(aten.scatter_reduce.two, graph=True)
+def scatter_reduce(graph, x, dim, index, src, reduce, *, include_self=True):
+    if reduce != "sum" or not include_self:
+        raise Unsupported(f"scatter_reduce {reduce!r}, include_self={include_self}")
+    return scatter_add(graph, x, dim, index, src)
+
+
+@register_lowering(aten.index_put, graph=True)
+def index_put(graph, x, indices, values, accumulate=False):
+    ranges, where, _ = advanced_index(x, indices)
+    value = _values(values, x, ranges, broadcast=True)
+    mode = "atomic_add" if accumulate else None
+    return _scatter(graph, x, ranges, where, value, mode, "index_put")
+
+
 class MixedDeviceError(RuntimeError):
     pass
 
@@ -804,9 +1595,12 @@ class GraphLowering(torch.fx.Interpreter):
         self.graph_outputs: list[Buffer | None] = []
         self.fallbacks: list[str] = []
         self.current_node: torch.fx.Node | None = None
+        self._names = 0  # how many buffer names were handed out
 
     def new_buffer_name(self) -> str:
-        return f"buf{len(self.buffers)}"
+        name = f"buf{self._names}"
+        self._names += 1
+        return name
 
     def register_buffer(self, buf: Buffer) -> None:
         self.buffers.append(buf)
@@ -921,6 +1715,12 @@ class GraphLowering(torch.fx.Interpreter):
                 box.realize(self)  # nothing can read a reduction element-wise
             elif isinstance(box.data, Pointwise):
                 self._maybe_realize(n, box)
+            elif isinstance(box.data, GenericView):  # decide for the viewed value
+                viewed = box.data.box
+                while isinstance(viewed.data, GenericView):
+                    viewed = viewed.data.box
+                if isinstance(viewed.data, Pointwise):
+                    self._maybe_realize(n, viewed)
         return result
 
     def _add_origin(self, box: TensorBox) -> None:

@@ -70,11 +70,18 @@ MATH_OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
 class OpsHandler(Protocol):
     def load(self, name: str, index: sympy.Expr) -> Any: ...
 
-    def store(self, name: str, index: sympy.Expr, value: Any) -> None: ...
+    def store(
+        self, name: str, index: sympy.Expr, value: Any, mode: str | None = None
+    ) -> None: ...
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> Any: ...
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> Any: ...
+
+    # a value read from memory, as an index in [0, size) (see "Indirect indexing")
+    def indirect_indexing(
+        self, x: Any, size: sympy.Expr, check: bool = True, wrap_neg: bool = True
+    ) -> sympy.Expr: ...
 
     def to_dtype(self, x: Any, dtype: torch.dtype) -> Any: ...
 
@@ -99,10 +106,10 @@ _handler: OpsHandler | None = None
 
 class _OpsProxy:
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             if _handler is None:
                 raise RuntimeError(f"ops.{name} called with no handler installed")
-            return getattr(_handler, name)(*args)
+            return getattr(_handler, name)(*args, **kwargs)
 
         call.__name__ = name
         return call
@@ -144,14 +151,25 @@ class EvalHandler:
     def load(self, name, index):
         return self.flat[name][int(index)]
 
-    def store(self, name, index, value):
-        self.flat[name][int(index)] = value
+    def store(self, name, index, value, mode=None):
+        if mode == "atomic_add":
+            self.flat[name][int(index)] += value
+        else:
+            self.flat[name][int(index)] = value
 
     def constant(self, value, dtype):
         return torch.tensor(value, dtype=dtype)
 
     def index_expr(self, expr, dtype):
         return torch.tensor(int(expr), dtype=dtype)
+
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        value = int(x)
+        if wrap_neg and value < 0:
+            value += int(size)
+        if check and not 0 <= value < int(size):
+            raise IndexError(f"index {int(x)} is out of bounds for size {size}")
+        return sympy.Integer(value)
 
     def to_dtype(self, x, dtype):
         return x.to(dtype)
@@ -184,8 +202,13 @@ class PrintHandler:
     def load(self, name, index):
         return self._emit("load", name, index)
 
-    def store(self, name, index, value):
-        self.lines.append(f"ops.store({name}, {index}, {value})")
+    def store(self, name, index, value, mode=None):
+        extra = f", mode={mode!r}" if mode else ""
+        self.lines.append(f"ops.store({name}, {index}, {value}{extra})")
+
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        # a symbol named after the tmp, so index expressions print it by name
+        return sympy.Symbol(self._emit("indirect_indexing", x, size), integer=True)
 
     def store_reduction(self, name, index, value):
         self.lines.append(f"ops.store_reduction({name}, {index}, {value})")
@@ -209,6 +232,11 @@ def body_to_str(fn: Callable[[list[sympy.Expr]], Any], index: list[sympy.Expr]) 
 class NullHandler:
     """Accepts every op and computes nothing; subclass it and override a few."""
 
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        # an index must stay usable in sympy arithmetic: a fresh placeholder symbol
+        self._indirect = getattr(self, "_indirect", -1) + 1
+        return sympy.Symbol(f"indirect{self._indirect}", integer=True)
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
@@ -225,6 +253,10 @@ class CountingHandler(NullHandler):
     def load(self, name, index):
         self.reads += 1
         self.count += 1
+
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        self.count += 1
+        return super().indirect_indexing(x, size, check, wrap_neg)
 
     def __getattr__(self, name):
         if name.startswith("_"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -61,7 +63,7 @@ class Launcher:
     def __call__(self, *args) -> None:
         if interpret_mode():
             # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
-            with numpy.errstate(all="ignore"):
+            with numpy.errstate(all="ignore"), _interpreter_asserts(self.kernel):
                 self.kernel[self.grid](*args, **self.blocks)
             return
         aligned = all(
@@ -85,6 +87,23 @@ class Launcher:
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and _has_direct_launch(binary):
             self.binary = binary
+
+
+@contextlib.contextmanager
+def _interpreter_asserts(kernel):
+    """Run tl.device_assert in the interpreter for a kernel jitted with debug=True."""
+    if not getattr(kernel, "kwargs", {}).get("debug"):
+        yield
+        return
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    saved = builder.options
+    builder.options = dataclasses.replace(saved, debug=True)
+    try:
+        yield
+    finally:
+        builder.options = saved
 
 
 def _has_direct_launch(binary) -> bool:

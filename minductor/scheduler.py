@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Callable
+
 import sympy
 import torch
 
 from minductor.config import config
-from minductor.ir import Buffer, ComputedBuffer, FallbackKernel, MultiOutput
+from minductor.ir import (
+    Buffer,
+    ComputedBuffer,
+    FallbackKernel,
+    MultiOutput,
+    MutationBuffer,
+)
 from minductor.lowering import GraphLowering
 from minductor.ops import NullHandler, set_handler
-from minductor.sizevars import SimplifiedLoop, index_vars, product, simplify_loops
+from minductor.sizevars import (
+    SimplifiedLoop,
+    SizeVarAllocator,
+    index_vars,
+    product,
+    simplify_loops,
+)
 
 log = logging.getLogger("minductor")
 
@@ -46,11 +60,16 @@ class RecordingHandler(NullHandler):
     def load(self, name, index):
         self.loads.append((name, index))
 
-    def store(self, name, index, value):
+    def store(self, name, index, value, mode=None):
         self.stores.append((name, index))
 
     def store_reduction(self, name, index, value):
         self.stores.append((name, index))
+
+
+def is_indirect(index: sympy.Expr) -> bool:
+    """Does the index use a value read from memory (chapter 3's `indirect0`, …)?"""
+    return any(s.name.startswith("indirect") for s in index.free_symbols)
 
 
 class BaseSchedulerNode:
@@ -83,7 +102,7 @@ class SchedulerNode(BaseSchedulerNode):
     @staticmethod
     def create(node: ComputedBuffer, cut: int | None = None) -> SchedulerNode:
         """`cut` splits a pointwise node's dims into outputs and a reduced-like tail."""
-        size = node.layout.size
+        size = node.data.ranges  # a scatter loops over its index, not its output
         if node.is_reduction():
             xsizes, rsizes = size, node.data.reduction_ranges
         elif cut is None:
@@ -95,7 +114,8 @@ class SchedulerNode(BaseSchedulerNode):
         recorder = RecordingHandler()
         with set_handler(recorder):
             _run_body(node, variables, rvariables)
-        indices = [i for _, i in recorder.loads + recorder.stores]
+        ranges = tuple(zip(variables + rvariables, tuple(xsizes) + tuple(rsizes)))
+        indices = [simplify_index(i, ranges) for _, i in recorder.loads + recorder.stores]
         loop = simplify_loops(xsizes, variables, indices)
         rloop = simplify_loops(rsizes, rvariables, indices, prefix="r")
         bare = SchedulerNode(
@@ -105,9 +125,10 @@ class SchedulerNode(BaseSchedulerNode):
         def deps(found):
             return frozenset(MemoryDep(n, bare.rewrite_index(i)) for n, i in found)
 
-        return dataclasses.replace(
-            bare, reads=deps(recorder.loads), writes=deps(recorder.stores)
-        )
+        reads = deps(recorder.loads)
+        if isinstance(node, MutationBuffer):  # it updates its target: after the copy
+            reads |= {StarDep(node.target.name)}
+        return dataclasses.replace(bare, reads=reads, writes=deps(recorder.stores))
 
     def run_body(self) -> None:
         """Run the body under the current handler, with this node's variables."""
@@ -125,6 +146,13 @@ class SchedulerNode(BaseSchedulerNode):
 
     def rewrite_index(self, index: sympy.Expr) -> sympy.Expr:
         """An index over this node's variables, in the merged x and r variables."""
+        ranges = tuple(
+            zip(
+                self.index_vars + self.rindex_vars,
+                self.loop.original_sizes + self.rloop.original_sizes,
+            )
+        )
+        index = simplify_index(index, ranges)
         merged = self.loop.rewrite(index, self.index_vars)
         return self.rloop.rewrite(merged, self.rindex_vars)
 
@@ -183,6 +211,15 @@ def is_persistent(node: BaseSchedulerNode) -> bool:
     return rnumel <= config.outer_persistent_limit
 
 
+_SIZEVARS = SizeVarAllocator()
+
+
+@functools.lru_cache(maxsize=None)
+def simplify_index(index: sympy.Expr, ranges: tuple) -> sympy.Expr:
+    """`index` simplified knowing that each (variable, size) in ranges runs over [0, size)."""
+    return _SIZEVARS.simplify_with_ranges(index, dict(ranges))
+
+
 def _run_body(node: ComputedBuffer, variables, rvariables) -> None:
     if node.is_reduction():
         node.store_output(variables, rvariables)
@@ -197,7 +234,7 @@ class ExternKernelSchedulerNode(BaseSchedulerNode):
     writes: frozenset[Dep]
 
     @staticmethod
-    def create(node: FallbackKernel | MultiOutput) -> ExternKernelSchedulerNode:
+    def create(node: Buffer) -> ExternKernelSchedulerNode:
         inputs = (
             [node.parent] if isinstance(node, MultiOutput) else node.input_buffers()
         )
@@ -305,6 +342,9 @@ class Scheduler:
         for node in (a, b):
             if node.is_extern():
                 return False, f"{node.get_name()} is an extern kernel"
+            if isinstance(node.snodes[0].node, MutationBuffer):
+                target = node.snodes[0].node.target.name
+                return False, f"{node.get_name()} scatters into {target} in place"
         if a.group[0] != b.group[0]:
             return False, f"different devices: {a.group[0]} vs {b.group[0]}"
         aligned = self.align(a, b)
@@ -331,6 +371,12 @@ class Scheduler:
                         f"but a looped kernel has it only after its loop"
                     )
             for dep in second.reads:
+                if dep.name in written and isinstance(dep, MemoryDep):
+                    if is_indirect(dep.index):
+                        return False, (
+                            f"{second.get_name()} reads {dep} at an indirect index: "
+                            f"{first.get_name()} may write it in another program"
+                        )
                 if dep.name in written and dep != written[dep.name]:
                     return False, (
                         f"{second.get_name()} reads {dep} but {first.get_name()} "

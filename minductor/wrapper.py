@@ -9,7 +9,17 @@ from typing import Any
 import torch
 
 from minductor.codegen_triton import GeneratedKernel, generate_kernel
-from minductor.ir import Buffer, FallbackKernel, FixedLayout, MultiOutput, TensorBox
+from minductor.ir import (
+    Buffer,
+    ConcatBuffer,
+    FallbackKernel,
+    FixedLayout,
+    MultiOutput,
+    MutationBuffer,
+    NonOwningLayout,
+    ReinterpretBuffer,
+    TensorBox,
+)
 from minductor.lowering import GraphLowering
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
 
@@ -122,6 +132,53 @@ class MultiOutputLine:
 
 
 @dataclass(frozen=True)
+class ReinterpretLine:
+    node: ReinterpretBuffer
+
+    def codegen(self) -> str:
+        n, base = self.node, self.node.base.name
+        size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
+        offset = f"{base}.storage_offset() + {int(n.layout.offset)}"
+        return f"{n.name} = {base}.as_strided({size}, {stride}, {offset})"
+
+    def uses(self) -> tuple[str, ...]:
+        return (self.node.base.name,)
+
+    def defines(self) -> tuple[str, ...]:
+        return (self.node.name,)
+
+
+@dataclass(frozen=True)
+class ReuseLine:
+    old: str
+    new: str
+
+    def codegen(self) -> str:
+        return f"{self.new} = {self.old}  # reuse"
+
+    def uses(self) -> tuple[str, ...]:
+        return (self.old,)
+
+    def defines(self) -> tuple[str, ...]:
+        return (self.new,)
+
+
+@dataclass(frozen=True)
+class ConcatLine:
+    node: ConcatBuffer
+
+    def codegen(self) -> str:
+        pieces = ", ".join(p.name for p in self.node.pieces)
+        return f"# {self.node.name} = cat([{pieces}]): written in place"
+
+    def uses(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.node.pieces)
+
+    def defines(self) -> tuple[str, ...]:
+        return (self.node.name,)
+
+
+@dataclass(frozen=True)
 class FreeLine:
     names: tuple[str, ...]
 
@@ -135,7 +192,16 @@ class FreeLine:
         return ()
 
 
-Line = AllocateLine | KernelCallLine | ExternCallLine | MultiOutputLine | FreeLine
+Line = (
+    AllocateLine
+    | KernelCallLine
+    | ExternCallLine
+    | MultiOutputLine
+    | ReinterpretLine
+    | ConcatLine
+    | ReuseLine
+    | FreeLine
+)
 
 
 class WrapperCodeGen:
@@ -152,6 +218,10 @@ class WrapperCodeGen:
             if isinstance(node, ExternKernelSchedulerNode):
                 if isinstance(node.node, MultiOutput):
                     self.lines.append(MultiOutputLine(node.node))
+                elif isinstance(node.node, ReinterpretBuffer):
+                    self.lines.append(ReinterpretLine(node.node))
+                elif isinstance(node.node, ConcatBuffer):
+                    self.lines.append(ConcatLine(node.node))
                 else:
                     self.lines.append(ExternCallLine(node.node))
                 continue
@@ -161,12 +231,23 @@ class WrapperCodeGen:
                 name = f"triton_{kernel.descriptive_name}_{len(self.kernels)}"
                 self.kernels[kernel.source] = name
             for member in node.snodes:
-                if member.get_name() not in removed:
-                    self.lines.append(
-                        AllocateLine(member.get_name(), member.node.layout)
-                    )
+                buf = member.get_name()
+                if isinstance(member.node, MutationBuffer):  # writes its target
+                    self.lines.append(ReuseLine(member.node.target.name, buf))
+                elif buf not in removed:
+                    self.lines += self.allocate(buf, member.node.layout)
             self.lines.append(KernelCallLine(name, kernel))
         self.plan_frees()
+
+    def allocate(self, name: str, layout: FixedLayout) -> list[Line]:
+        """Memory for a kernel's output: its own, or a slice of its owner's (cat)."""
+        if not isinstance(layout, NonOwningLayout):
+            return [AllocateLine(name, layout)]
+        owner = next(b for b in self.graph.buffers if b.name == layout.owner)
+        lines: list[Line] = []
+        if not any(owner.name in line.defines() for line in self.lines):
+            lines.append(AllocateLine(owner.name, owner.layout))
+        return lines + [ReinterpretLine(ReinterpretBuffer(name, layout, owner))]
 
     def plan_frees(self) -> None:
         keep = {b.name for b in self.graph.graph_outputs if b is not None}

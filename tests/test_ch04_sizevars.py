@@ -23,6 +23,7 @@ from minductor.sizevars import (
     pexpr,
     product,
     simplify_loops,
+    texpr,
 )
 
 pytestmark = pytest.mark.ch04
@@ -258,9 +259,13 @@ def test_size_var_allocator():
 
 # --- printing -------------------------------------------------------------------------
 
+PRINT_NAMES = {"max": max, "min": min}
 
-def _eval_printed(expr, values):
-    return eval(pexpr(expr), {"max": max}, {str(k): v for k, v in values.items()})
+
+def _eval_printed(expr, values, printer=pexpr):
+    return eval(
+        printer(expr), dict(PRINT_NAMES), {str(k): v for k, v in values.items()}
+    )
 
 
 def test_pexpr_keeps_precedence():
@@ -269,38 +274,100 @@ def test_pexpr_keeps_precedence():
     assert _eval_printed(expr, {a: 3, b: 4}) == 14 == expr.subs({a: 3, b: 4})
 
 
+def test_sum_inside_product_and_product_of_sums_print_differently():
+    a, b, c, d = sympy.symbols("a b c d", integer=True, nonnegative=True)
+    assert pexpr(a + b * (c + d)) == "a + b*(c + d)"
+    assert pexpr((a + b) * (c + d)) == "(a + b)*(c + d)"
+    values = {a: 2, b: 3, c: 5, d: 7}
+    assert _eval_printed(a + b * (c + d), values) == 2 + 3 * (5 + 7)
+    assert _eval_printed((a + b) * (c + d), values) == (2 + 3) * (5 + 7)
+
+
 def test_pexpr_prints_floor_div_and_modular_indexing_as_python():
     assert pexpr(ModularIndexing(x_sym, 1, 65)) == "(x % 65)"
     assert pexpr(FloorDiv(x_sym, 65)) == "(x // 65)"
     assert pexpr(ModularIndexing(x_sym, 65, 33)) == "((x // 65) % 33)"
 
 
+def test_compound_right_operands_are_parenthesised():
+    a, b = sympy.symbols("a b", integer=True, positive=True)
+    assert pexpr(FloorDiv(x_sym, a * b)) == "(x // (a*b))"
+    assert pexpr(FloorDiv(x_sym, a + 1)) == "(x // (a + 1))"
+    assert pexpr(ModularIndexing(x_sym, a, a * b)) == "((x // a) % (a*b))"
+    assert pexpr(ModularIndexing(a * x_sym, 1, b)) == "(a*x % b)"  # (a*x) % b
+    assert pexpr(FloorDiv(x_sym + a, 3)) == "((a + x) // 3)"
+    values = {x_sym: 100, a: 3, b: 4}
+    assert _eval_printed(FloorDiv(x_sym, a * b), values) == 100 // 12
+
+
+def test_powers_print_as_products_and_rationals_are_refused():
+    a, b = sympy.symbols("a b", integer=True, nonnegative=True)
+    assert pexpr(a**2) == "(a*a)"
+    assert pexpr(3 * (a + b) ** 2) == "3*((a + b)*(a + b))"
+    assert pexpr(FloorDiv(x_sym, a**2)) == "(x // (a*a))"
+    for bad in (a / 2, sympy.Rational(1, 2), a ** (-1), b / a):
+        with pytest.raises(ValueError, match="not an integer index"):
+            pexpr(bad)
+
+
+def test_min_max_print_for_python_and_for_triton():
+    a, b = sympy.symbols("a b", integer=True, nonnegative=True)
+    assert pexpr(sympy.Max(a, b)) == "max(a, b)"
+    assert pexpr(sympy.Min(a, b + 1)) == "min(a, b + 1)"
+    assert "max" not in texpr(sympy.Max(a, b)) and ">=" in texpr(sympy.Max(a, b))
+    for va, vb in [(3, 5), (5, 3), (4, 4)]:
+        for e, want in [(sympy.Max(a, b), max(va, vb)), (sympy.Min(a, b), min(va, vb))]:
+            assert _eval_printed(e, {a: va, b: vb}, texpr) == want
+
+
+SYMBOL = dict(integer=True, nonnegative=True)
+POSITIVE = dict(integer=True, positive=True)
+sa, sb = sympy.symbols("a b", **SYMBOL)
+sc, sd = sympy.symbols("c d", **POSITIVE)
+
 leaves = st.one_of(
-    st.sampled_from(["a", "b"]).map(
-        lambda n: sympy.Symbol(n, integer=True, nonnegative=True)
-    ),
+    st.sampled_from([sa, sb, sc]),
     st.integers(0, 9).map(sympy.Integer),
+)
+# divisors and moduli stay positive; compound ones exercise the right operand's parens
+divisors = st.one_of(
+    st.integers(1, 9).map(sympy.Integer),
+    st.sampled_from([sc, sd, sc * sd, sc + 1, sc + sd, 2 * sd]),
 )
 
 
 def _extend(children):
+    pair = st.tuples(children, children)
     return st.one_of(
-        st.tuples(children, children).map(lambda t: t[0] + t[1]),
-        st.tuples(children, children).map(lambda t: t[0] * t[1]),
-        st.tuples(children, st.integers(1, 9)).map(lambda t: FloorDiv(t[0], t[1])),
-        st.tuples(children, st.integers(1, 5), st.integers(1, 9)).map(
+        pair.map(lambda t: t[0] + t[1]),
+        pair.map(lambda t: t[0] - t[1]),
+        pair.map(lambda t: t[0] * t[1]),
+        st.tuples(children, st.integers(-3, 3)).map(lambda t: t[1] * t[0]),
+        st.tuples(children, divisors).map(lambda t: FloorDiv(t[0], t[1])),
+        st.tuples(children, divisors, divisors).map(
             lambda t: ModularIndexing(t[0], t[1], t[2])
         ),
-        st.tuples(children, children).map(lambda t: sympy.Max(t[0], t[1])),
+        st.tuples(children, st.integers(2, 3)).map(lambda t: t[0] ** t[1]),
+        pair.map(lambda t: sympy.Max(t[0], t[1])),
+        pair.map(lambda t: sympy.Min(t[0], t[1])),
     )
 
 
 expressions = st.recursive(leaves, _extend, max_leaves=8)
+values = st.fixed_dictionaries(
+    {
+        sa: st.integers(0, 300),
+        sb: st.integers(0, 300),
+        sc: st.integers(1, 20),
+        sd: st.integers(1, 20),
+    }
+)
 
 
-@settings(max_examples=120, deadline=None)
-@given(expr=expressions, a=st.integers(0, 300), b=st.integers(0, 300))
-def test_pexpr_evaluates_like_sympy(expr, a, b):
-    sa, sb = sympy.symbols("a b", integer=True, nonnegative=True)
-    expected = expr.subs({sa: a, sb: b})
-    assert _eval_printed(expr, {sa: a, sb: b}) == int(expected)
+@settings(max_examples=200, deadline=None)
+@given(expr=expressions, point=values)
+def test_pexpr_and_texpr_evaluate_like_sympy(expr, point):
+    expected = expr.xreplace({k: sympy.Integer(v) for k, v in point.items()})
+    assert expected.is_Integer, expected
+    assert _eval_printed(expr, point) == int(expected)
+    assert _eval_printed(expr, point, texpr) == int(expected)

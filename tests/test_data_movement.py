@@ -1,0 +1,171 @@
+"""Ops that move data without arithmetic: cat and stack (written into slices of one
+buffer), flip, roll and repeat (re-indexed reads), triu/tril, and factory functions."""
+
+import pytest
+import torch
+
+from helpers import DEVICES, INTERPRET, run
+from minductor.capture import record_compiled
+
+pytestmark = pytest.mark.ch06
+
+
+def compiled(fn, *args):
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*args)
+    return out, graphs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_of_two_pointwise_results_writes_one_buffer(device):
+    x, y = torch.randn(4, 6, device=device), torch.randn(4, 5, device=device)
+    out, graphs = compiled(lambda x, y: torch.cat([x + 1, y * 2], 1), x, y)
+    torch.testing.assert_close(out, torch.cat([x + 1, y * 2], 1))
+    (graph,) = graphs
+    assert graph.fallbacks == []
+    # one allocation (the result); each piece is a strided window into it
+    assert graph.source.count("empty_strided(") == 1
+    assert graph.source.count(".as_strided(") == 2
+    assert len(graph.kernel_names) == 2
+
+
+CAT_CASES = {
+    "dim0": lambda a, b: torch.cat([a, b[:3]], 0) * 2,
+    "negative_dim": lambda a, b: torch.cat([a.t(), b.t()], -1) + 1,
+    "three_pieces": lambda a, b: torch.cat([a, b.exp(), a - b], 1).sum(1),
+    "mixed_dtypes": lambda a, b: torch.cat([a, (b > 0).int()], 1),
+    "empty_piece": lambda a, b: torch.cat([a[:, :0], b, a[:, 2:2]], 1) + 1,
+    "legacy_empty": lambda a, b: torch.cat([a, a.new_zeros(0)], 0) + 1,
+    "bool": lambda a, b: torch.cat([a > 0, b < 0], 0).logical_not(),
+    "stack": lambda a, b: torch.stack([a, b * 2, a], 1) + 1,
+    "stack_last": lambda a, b: torch.stack([a, b], -1).sum(-1),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(CAT_CASES))
+def test_cat_and_stack_match_eager(device, name):
+    a = torch.randn(4, 6, device=device)
+    b = torch.randn(7, 5, device=device).t()[:4, :6]  # non-contiguous, same shape
+    kernels, fallbacks = run(CAT_CASES[name], a, b)
+    assert fallbacks == []
+
+
+MOVES = {
+    "flip": lambda x: x.flip(0) + 1,
+    "flip_two_negative": lambda x: x.flip(-1, -2) * 2,
+    "roll": lambda x: x.roll(2, 1) + 1,
+    "roll_negative_big": lambda x: x.roll(-13, 0) + 1,
+    "roll_flat": lambda x: x.roll(5) + 1,
+    "roll_two": lambda x: x.roll((1, -2), (0, 1)) + 1,
+    "repeat": lambda x: x.repeat(2, 3) + 1,
+    "repeat_new_dims": lambda x: x.repeat(2, 1, 1) + 1,
+    "triu": lambda x: x.triu() + 1,
+    "triu_offset": lambda x: x.triu(2) + x.triu(-1),
+    "tril": lambda x: x.tril(1) * 2,
+    "tril_batched": lambda x: x.unsqueeze(0).expand(3, 5, 7).tril(-2) + 1,
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(MOVES))
+def test_moves_match_eager_in_one_kernel(device, name):
+    x = torch.randn(7, 5, device=device).t()  # (5, 7), non-contiguous
+    kernels, fallbacks = run(MOVES[name], x)
+    assert (len(kernels), fallbacks) == (1, [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moves_of_int64_bool_and_empty(device):
+    ints = torch.arange(30, device=device).reshape(5, 6)
+    run(lambda a: a.flip(1).roll(1, 0).triu(1) * 3, ints)
+    run(lambda b: b.flip(0).logical_not(), ints % 2 == 0)
+    run(lambda e: e.flip(0).roll(2, 1) + 1, torch.randn(0, 4, device=device))
+    run(lambda x: x.roll(3, 0) + 1, torch.randn(1, 4, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_factories(device):
+    x = torch.randn(4, 6, device=device)
+
+    def fn(x):
+        made = (
+            torch.zeros(4, 6, device=x.device)
+            + torch.ones(6, device=x.device, dtype=torch.float64)
+            + torch.full((4, 1), 2.5, device=x.device)
+            + x.new_zeros(6)
+            + x.new_ones(1, 6)
+            + x.new_full((4, 6), -1.0)
+        )
+        return made + torch.zeros_like(x) + torch.ones_like(x) * torch.full_like(x, 3)
+
+    kernels, fallbacks = run(fn, x)
+    assert (len(kernels), fallbacks) == (1, [])
+    run(lambda x: torch.ones_like(x, dtype=torch.int32) + x.new_zeros(6).long(), x)
+
+
+def test_flip_reads_its_input_backwards():
+    if not INTERPRET:
+        pytest.skip("CPU kernels need the interpreter")
+    x = torch.randn(8)
+    out, (graph,) = compiled(lambda x: x.flip(0) + 1, x)
+    torch.testing.assert_close(out, x.flip(0) + 1)
+    assert "tl.load(in_ptr0 + (7 - x0)" in graph.source
+
+
+F = torch.nn.functional
+
+
+def _assign_slice(x, y):
+    x = x.clone()
+    x[1:3, ::2] = y[:2, :3] * 2  # functionalized into copy + slice_scatter
+    return x
+
+
+def _assign_row(x, y):
+    x = x.clone()
+    x[-1] = y[0].int()  # a copy converts to the destination's dtype
+    return x
+
+
+SCATTERS = {
+    "pad": lambda x, y: F.pad(x, (1, 2, 0, 1)) + 1,
+    "pad_crop_and_value": lambda x, y: F.pad(x, (-1, 2, 3, -2), value=2.5) * 2,
+    "pad_three_dims": lambda x, y: F.pad(x[None], (1, 1, 2, 0, 1, 1)) - 1,
+    "slice_scatter_step": lambda x, y: torch.slice_scatter(x, y[:, :2], 1, 1, 5, 2),
+    "slice_scatter_negative": lambda x, y: torch.slice_scatter(x, y[:2], 0, -3, -1),
+    "slice_scatter_empty": lambda x, y: torch.slice_scatter(x, y[:0], 0, 2, 2) + 1,
+    "select_scatter": lambda x, y: torch.select_scatter(x, y[0], 0, -1) + 1,
+    "select_scatter_dim1": lambda x, y: torch.select_scatter(x, y[:, 1], 1, 2) * 2,
+    "assign_slice": _assign_slice,
+    "assign_row": _assign_row,
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(SCATTERS))
+def test_pad_and_slice_scatters_in_one_kernel(device, name):
+    x = torch.randn(6, 4, device=device).t()  # (4, 6), non-contiguous
+    y = torch.randn(4, 6, device=device)
+    kernels, fallbacks = run(SCATTERS[name], x, y)
+    assert (len(kernels), fallbacks) == (1, [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pad_of_ints_bools_and_empty(device):
+    ints = torch.arange(12, device=device).reshape(3, 4)
+    run(lambda a: F.pad(a, (2, 1), value=-7) * 2, ints)
+    run(lambda b: F.pad(b, (1, 1)).logical_not(), ints > 5)
+    run(lambda e: F.pad(e, (2, 2), value=1.5) + 1, torch.randn(3, 0, device=device))
+
+
+def test_padding_never_reads_outside_its_input():
+    if not INTERPRET:
+        pytest.skip("CPU kernels need the interpreter")
+    x = torch.randn(5)
+    out, (graph,) = compiled(lambda x: F.pad(x, (3, 4)) + 1, x)
+    torch.testing.assert_close(out, F.pad(x, (3, 4)) + 1)
+    # the load's index is clamped into [0, 4]: a Min/Max printed for Triton
+    load = next(line for line in graph.source.splitlines() if "tl.load" in line)
+    assert ">=" in load and "4" in load, load
