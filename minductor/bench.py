@@ -175,7 +175,52 @@ NORMALIZATIONS = [
     ),
 ]
 
-WORKLOADS = POINTWISE + REDUCTIONS + NORMALIZATIONS
+def embedding_inputs(device):
+    weight = torch.randn(32000, 1024, device=device)
+    tokens = torch.randint(0, 32000, (8, 1024), device=device)
+    positions = torch.randn(1024, 1024, device=device)
+    return tokens, weight, positions
+
+
+def gather_inputs(device):
+    x = torch.randn(8192, 1024, device=device)
+    return x, torch.randint(0, 1024, (8192, 256), device=device)
+
+
+DATA_MOVEMENT = [
+    Workload(
+        "x.t()+y, 4096x4096",
+        lambda x, y: x.t() + y,
+        randn((4096, 4096), (4096, 4096)),
+        3 * N * F32,
+    ),
+    Workload(
+        "heads merge permute+reshape, 32x16x1024x64",
+        lambda x: x.permute(0, 2, 1, 3).reshape(32, 1024, 1024),
+        randn((32, 16, 1024, 64)),
+        2 * 32 * 1024 * 1024 * F32,
+    ),
+    Workload(
+        "cat([x+1, y*2], 1), 4096x2048 each",
+        lambda x, y: torch.cat([x + 1, y * 2], 1),
+        randn((4096, 2048), (4096, 2048)),
+        4 * 4096 * 2048 * F32,
+    ),
+    Workload(
+        "embedding+positions, 8x1024 tokens of 1024",
+        lambda tokens, weight, pos: F.embedding(tokens, weight) + pos,
+        embedding_inputs,
+        3 * 8 * 1024 * 1024 * F32 + 8 * 1024 * I64,
+    ),
+    Workload(
+        "gather(x, 1, idx), 8192x1024 -> 8192x256",
+        lambda x, idx: torch.gather(x, 1, idx),
+        gather_inputs,
+        2 * 8192 * 256 * F32 + 8192 * 256 * I64,
+    ),
+]
+
+WORKLOADS = POINTWISE + REDUCTIONS + NORMALIZATIONS + DATA_MOVEMENT
 
 
 def gbps(nbytes: int, ms: float) -> float:
