@@ -176,15 +176,17 @@ NORMALIZATIONS = [
 ]
 
 def embedding_inputs(device):
-    weight = torch.randn(32000, 1024, device=device)
-    tokens = torch.randint(0, 32000, (8, 1024), device=device)
+    # 8192 tokens, each row of the table read once (a permutation), so the bytes moved
+    # are exactly the inputs plus the output
+    weight = torch.randn(8192, 1024, device=device)
+    tokens = torch.randperm(8192, device=device).reshape(8, 1024)
     positions = torch.randn(1024, 1024, device=device)
     return tokens, weight, positions
 
 
 def gather_inputs(device):
     x = torch.randn(8192, 1024, device=device)
-    return x, torch.randint(0, 1024, (8192, 256), device=device)
+    return x, torch.rand(8192, 1024, device=device).argsort(1)  # a shuffle of each row
 
 
 DATA_MOVEMENT = [
@@ -210,13 +212,13 @@ DATA_MOVEMENT = [
         "embedding+positions, 8x1024 tokens of 1024",
         lambda tokens, weight, pos: F.embedding(tokens, weight) + pos,
         embedding_inputs,
-        3 * 8 * 1024 * 1024 * F32 + 8 * 1024 * I64,
+        (2 * 8192 * 1024 + 1024 * 1024) * F32 + 8192 * I64,
     ),
     Workload(
-        "gather(x, 1, idx), 8192x1024 -> 8192x256",
+        "gather(x, 1, shuffle), 8192x1024",
         lambda x, idx: torch.gather(x, 1, idx),
         gather_inputs,
-        2 * 8192 * 256 * F32 + 8192 * 256 * I64,
+        2 * 8192 * 1024 * F32 + 8192 * 1024 * I64,
     ),
 ]
 
