@@ -29,6 +29,11 @@ def _ints(exprs: Sequence[sympy.Expr]) -> str:
     return "[" + ", ".join(str(e) for e in exprs) + "]"
 
 
+def as_exprs(sizes: Sequence[int | sympy.Expr]) -> tuple[sympy.Expr, ...]:
+    """Sizes or strides as sympy expressions (graphs hand us Python ints)."""
+    return tuple(sympy.Integer(s) if isinstance(s, int) else s for s in sizes)
+
+
 @dataclass(frozen=True)
 class FixedLayout:
     device: torch.device
@@ -39,7 +44,7 @@ class FixedLayout:
 
     @staticmethod
     def contiguous(device, dtype, size: Sequence[sympy.Expr]) -> FixedLayout:
-        size = tuple(sympy.Integer(s) if isinstance(s, int) else s for s in size)
+        size = as_exprs(size)
         return FixedLayout(device, dtype, size, tuple(contiguous_strides(size)))
 
     @staticmethod
@@ -166,9 +171,9 @@ class Reduction(Loops):
         return f"[{self.output_index}]" if several else ""
 
 
-@dataclass(frozen=True, eq=False)
-class Buffer(IRNode):
-    name: str
+class LaidOut(IRNode):
+    """A node whose values sit in memory as its `layout` says."""
+
     layout: FixedLayout | MultiOutputLayout
 
     def get_size(self):
@@ -179,6 +184,12 @@ class Buffer(IRNode):
 
     def get_device(self):
         return self.layout.device
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer(LaidOut):
+    name: str
+    layout: FixedLayout | MultiOutputLayout
 
     def make_loader(self) -> InnerFn:
         indexer = self.layout.make_indexer()
@@ -271,20 +282,11 @@ class MultiOutput(Buffer):
 
 
 @dataclass(frozen=True, eq=False)
-class ReinterpretView(IRNode):
+class ReinterpretView(LaidOut):
     """A buffer's memory read through another layout: a transpose, a slice, an expand."""
 
     data: Buffer
     layout: FixedLayout  # its offset counts from data's first element
-
-    def get_size(self):
-        return self.layout.size
-
-    def get_dtype(self):
-        return self.layout.dtype
-
-    def get_device(self):
-        return self.layout.device
 
     def make_loader(self) -> InnerFn:
         name, layout = self.data.name, self.layout

@@ -32,6 +32,7 @@ from minductor.ir import (
     Scatter,
     TensorBox,
     strided_view,
+    as_exprs,
     ConcatBuffer,
     ComputedBuffer,
     NonOwningLayout,
@@ -468,7 +469,7 @@ def _constant_box(value, size, dtype, device) -> TensorBox:
     device = torch.device(device or "cpu")
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {dtype}")
-    ranges = tuple(sympy.Integer(s) for s in size)
+    ranges = as_exprs(size)
     inner_fn = lambda index: ops.constant(value, dtype)  # noqa: E731
     return TensorBox(Pointwise(device, dtype, inner_fn, ranges))
 
@@ -532,13 +533,9 @@ def convert_element_type(x, dtype):
     return _convert(x, dtype)
 
 
-def _ints_to_exprs(size: Sequence[Any]) -> tuple[sympy.Expr, ...]:
-    return tuple(sympy.Integer(s) if isinstance(s, int) else s for s in size)
-
-
 def make_view(x: TensorBox, size: Sequence[Any], reindex: Callable) -> TensorBox:
     """x read through `reindex` (view index -> x's index): strided when it can be."""
-    size = _ints_to_exprs(size)
+    size = as_exprs(size)
     strided = strided_view(x.data)
     if strided is not None and (view := strided.reindexed(size, reindex)) is not None:
         return TensorBox(view)
@@ -746,7 +743,7 @@ def view_strides(old_size, old_stride, new_size) -> list[sympy.Expr] | None:
         if new_size[j] != 1:
             return None
         new_stride[j] = new_stride[j + 1] * new_size[j + 1] if j + 1 < len(new_size) else 1
-    return [sympy.Integer(s) if isinstance(s, int) else s for s in new_stride]
+    return list(as_exprs(new_stride))
 
 
 def _reshape_groups(old, new) -> list[tuple[int, int, int, int]] | None:
@@ -803,7 +800,7 @@ def _infer_size(size: Sequence[int], numel: int) -> list[int]:
 @register_lowering(aten.view.default, aten._unsafe_view, aten.reshape)
 def view(x, size):
     old = x.get_size()
-    new = _ints_to_exprs(_infer_size(size, int(product(old))))
+    new = as_exprs(_infer_size(size, int(product(old))))
     strided = strided_view(x.data)
     if strided is not None:
         stride = view_strides(old, strided.layout.stride, new)
@@ -842,8 +839,8 @@ def as_strided(graph, x, size, stride, storage_offset=None):
     layout = FixedLayout(
         base.layout.device,
         base.layout.dtype,
-        _ints_to_exprs(size),
-        _ints_to_exprs(stride),
+        as_exprs(size),
+        as_exprs(stride),
         offset,
     )
     return TensorBox(ReinterpretView(base, layout))
@@ -895,7 +892,7 @@ def repeat(x, repeats):
             for k in range(len(old))
         ]
 
-    return TensorBox(GenericView(x, _ints_to_exprs(new), reindex))
+    return TensorBox(GenericView(x, as_exprs(new), reindex))
 
 
 def _triangle(upper: bool) -> Callable[..., TensorBox]:
