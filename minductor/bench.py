@@ -316,17 +316,19 @@ class Result:
         return gbps(self.bytes, self.gpu_ms[backend])
 
 
-def compile_cold(fn, backend: str, inputs):
+def compile_cold(fn, backend: str, inputs, dynamic: bool | None = None):
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend)
+    compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
     return compiled, first_call_s(compiled, inputs)
 
 
-def measure(workload: Workload, cold: bool = True) -> Result:
+def measure(
+    workload: Workload, cold: bool = True, dynamic: bool | None = None
+) -> Result:
     inputs = workload.make_inputs("cuda")
     fns, cold_s = {"eager": workload.fn}, {}
     for backend in ("minductor", "inductor"):
-        fns[backend], seconds = compile_cold(workload.fn, backend, inputs)
+        fns[backend], seconds = compile_cold(workload.fn, backend, inputs, dynamic)
         if cold:
             cold_s[backend] = seconds
     for fn in fns.values():
@@ -385,14 +387,16 @@ class Run:
         return Run(**data)
 
 
-def run_suite(workloads: list[Workload], cold: bool = True) -> Run:
+def run_suite(
+    workloads: list[Workload], cold: bool = True, dynamic: bool | None = None
+) -> Run:
     peak = copy_peak_gbps()
     if cold:
         warm_up()
     results = []
     for workload in workloads:
         print(f"measuring {workload.name}", file=sys.stderr, flush=True)
-        results.append(measure(workload, cold))
+        results.append(measure(workload, cold, dynamic))
     return Run(
         torch.cuda.get_device_name(),
         torch.__version__,
@@ -549,6 +553,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="write all raw numbers here")
     parser.add_argument("--svg", metavar="PATH", help="write the bar chart here")
     parser.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="compile with dynamic=True: sizes as symbols (both compilers)",
+    )
+    parser.add_argument(
         "--no-cold",
         action="store_true",
         help="skip the cold compile times (and the fresh caches)",
@@ -591,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.no_cold:
         use_fresh_caches(argv)
-    run = run_suite(workloads, cold=not args.no_cold)
+    run = run_suite(workloads, cold=not args.no_cold, dynamic=args.dynamic or None)
     print(markdown(run))
     if args.json:
         write(args.json, run.to_json())

@@ -55,18 +55,28 @@ def _eager(gm: torch.fx.GraphModule, why: str) -> Callable:
     return make_boxed_func(gm.forward)
 
 
-def _is_symbolic(x: Any) -> bool:
-    if isinstance(x, torch.SymInt):
-        return True
-    if isinstance(x, torch.Tensor):
-        return any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride()))
-    return False
+def _shape_env(example_inputs: Sequence[Any]):
+    """Dynamo's ShapeEnv, if any input has a symbolic size; else None."""
+    for x in example_inputs:
+        sizes = (*x.shape, *x.stride()) if isinstance(x, torch.Tensor) else (x,)
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                return s.node.shape_env
+    return None
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-    if any(_is_symbolic(x) for x in example_inputs):
-        return _eager(gm, "dynamic shapes are not supported yet")
-    graph = GraphLowering(gm, example_inputs).lower()
+    shape_env = _shape_env(example_inputs)
+    if shape_env is None:
+        return _compile(gm, example_inputs, None)
+    try:
+        return _compile(gm, example_inputs, shape_env)
+    except (TypeError, NotImplementedError) as why:  # int(s0), or an unbound symbol
+        return _eager(gm, f"dynamic shapes: {why}")
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs, shape_env) -> Callable:
+    graph = GraphLowering(gm, example_inputs, shape_env).lower()
     device = graph.device or next(
         (b.get_device() for b in graph.buffers), torch.device("cpu")
     )

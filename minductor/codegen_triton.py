@@ -16,7 +16,15 @@ from minductor.scheduler import (
     is_inner_reduction,
     is_persistent,
 )
-from minductor.sizevars import FloorDiv, ModularIndexing, product, texpr
+from minductor.sizevars import (
+    FloorDiv,
+    ModularIndexing,
+    SizeVarAllocator,
+    bound_sympy,
+    index_dtype,
+    product,
+    texpr,
+)
 
 TRITON_DTYPES = {
     torch.bool: "tl.int1",
@@ -277,8 +285,8 @@ class TritonKernel:
     ):
         self.sizes = tuple(sizes)
         self.rsizes = tuple(rsizes)
-        self.numel = int(product(self.sizes))
-        self.rnumel = int(product(self.rsizes))
+        self.numel = product(self.sizes)  # a number, or with dynamic shapes s0*s1
+        self.rnumel = product(self.rsizes)
         self.kind = kernel_kind(self.rsizes, persistent)
         self.removed_buffers = removed_buffers
         self.overrides = overrides
@@ -298,6 +306,13 @@ class TritonKernel:
         self.bounds: dict[str, str] = {}
         self.checked: set[str] = set()
         self.asserts = False
+        # sizes the kernel takes as arguments (dynamic shapes), every index it prints
+        # (to choose the index dtype), and the size each indirect index lies under
+        self.size_symbols: set[sympy.Symbol] = set()
+        for size in (*self.sizes, *self.rsizes):
+            self.size_symbols |= sympy.sympify(size).free_symbols
+        self.indexes: set[sympy.Expr] = set()
+        self.indirect_sizes: dict[sympy.Symbol, sympy.Expr] = {}
 
     def newvar(self, expr: str, after_loop: bool = False) -> str:
         key = (after_loop, expr)
@@ -315,10 +330,31 @@ class TritonKernel:
         return name
 
     def index_str(self, index: sympy.Expr) -> str:
-        if not index.free_symbols:
+        lanes = {*self.variables, *self.rvariables, *self.indirect_sizes}
+        self.size_symbols |= index.free_symbols - lanes
+        self.indexes.add(index)
+        if not index.free_symbols & lanes:  # one address for every lane
             shape = "[XBLOCK]" if self.kind == "poi" else "[XBLOCK, 1]"
-            return f"tl.full({shape}, {int(index)}, tl.int32)"
+            if index.is_Integer:
+                return f"tl.full({shape}, {int(index)}, tl.int32)"
+            return f"tl.zeros({shape}, tl.int32) + ({texpr(index)})"
         return texpr(index)
+
+    def index_dtype(self, sizevars: SizeVarAllocator) -> str:
+        """int32 if every index (and the lane count) provably fits, else int64."""
+        ranges = {
+            var: (sympy.Integer(0), size - 1)
+            for var, size in (
+                *zip(self.variables, self.sizes),
+                *zip(self.rvariables, self.rsizes),
+                *self.indirect_sizes.items(),
+            )
+        }
+        largest = [self.numel * self.rnumel]
+        largest += [bound_sympy(index, ranges)[1] for index in self.indexes]
+        if any(value.has(sympy.oo) for value in largest):  # no bound: a gather
+            return "tl.int64"
+        return index_dtype(largest, sizevars)
 
     def varies_along_r(self, index: sympy.Expr) -> bool:
         names = {s.name for s in index.free_symbols}
@@ -406,16 +442,17 @@ class KernelOpsHandler:
         return self._tracked(cast, self.kernel.varies_along_r(merged))
 
     def indirect_indexing(self, x, size, check=True, wrap_neg=True):
-        k, size = self.kernel, int(size)
+        k, size = self.kernel, sympy.sympify(size)
+        k.size_symbols |= size.free_symbols
         after = self.after_loop or x in k.after_loop
         var = x
         if wrap_neg:
-            var = k.newvar(f"tl.where({x} < 0, {x} + {size}, {x})", after)
+            var = k.newvar(f"tl.where({x} < 0, {x} + {texpr(size)}, {x})", after)
         if x in k.along_r:
             k.along_r.add(var)
         if check and var not in k.checked:
             k.checked.add(var)
-            inside = f"(0 <= {var}) & ({var} < {size})"
+            inside = f"(0 <= {var}) & ({var} < {texpr(size)})"
             if config.debug_indexing:
                 mask = "xmask & rmask" if var in k.along_r else "xmask"
                 where = ", ".join(sorted(self.node.origins))
@@ -426,7 +463,9 @@ class KernelOpsHandler:
             else:
                 k.bounds[var] = k.newvar(inside, after)
         # a symbol named after the tmp: index_str prints it into the address
-        return sympy.Symbol(var, integer=True)
+        symbol = sympy.Symbol(var, integer=True)
+        k.indirect_sizes[symbol] = size
+        return symbol
 
     def _tracked(self, expr: str, along_r: bool) -> str:
         var = self.kernel.newvar(expr, self.after_loop)
@@ -494,9 +533,10 @@ class GeneratedKernel:
     source: str  # with KERNEL_NAME as the placeholder for the name
     descriptive_name: str  # e.g. "poi_fused_add_mul"
     call_args: tuple[str, ...]  # buffer names, in signature order
-    numel: int
+    numel: int | sympy.Expr  # of the outputs: with dynamic shapes, e.g. s0*s1
     meta: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
-    rnumel: int = 1
+    rnumel: int | sympy.Expr = 1
+    size_args: tuple[str, ...] = ()  # size symbols passed after the buffers
 
 
 def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
@@ -504,7 +544,13 @@ def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
     return f"{kind}_fused_" + "_".join(origins)
 
 
-def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool):
+def generate_kernel(
+    node: BaseSchedulerNode,
+    removed: set[str],
+    interpret: bool,
+    sizevars: SizeVarAllocator | None = None,
+):
+    sizevars = sizevars or SizeVarAllocator()
     overrides = InterpreterOverrides if interpret else TritonOverrides
     kernel = TritonKernel(
         node.loop.sizes, removed, overrides, node.rloop.sizes, is_persistent(node)
@@ -514,47 +560,54 @@ def generate_kernel(node: BaseSchedulerNode, removed: set[str], interpret: bool)
         epilogue = kernel.kind == "red" and not member.rloop.sizes
         with set_handler(KernelOpsHandler(kernel, member, epilogue)):
             member.run_body()
+    # block sizes are heuristics: with symbolic sizes they follow this call's hints
+    numel, rnumel = sizevars.size_hints((kernel.numel, kernel.rnumel))
     if kernel.kind == "poi":
-        meta = pointwise_config(kernel.numel)
+        meta = pointwise_config(numel)
     else:
         meta = reduction_config(
-            kernel.numel,
-            kernel.rnumel,
-            kernel.kind,
-            interpret,
-            is_inner_reduction(node),
+            numel, rnumel, kernel.kind, interpret, is_inner_reduction(node)
         )
-    int64 = kernel.numel * kernel.rnumel >= 2**31
-    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    int64 = kernel.index_dtype(sizevars) == "tl.int64"
+    symbols = sorted(s.name for s in kernel.size_symbols)
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
-    params = ", ".join(kernel.args.signature() + sizes + blocks)
+    params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
     # device asserts are compiled in only in Triton's debug mode (chapter 10)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]
-        + ["    " + line for line in _kernel_body(kernel, pid, dict(meta))]
+        + ["    " + line for line in _kernel_body(kernel, int64, dict(meta))]
     )
     return GeneratedKernel(
         source,
         kernel_name_stem(node, kernel.kind),
         tuple(kernel.args.call_names()),
-        kernel.numel,
+        _int_if_static(kernel.numel),
         tuple(meta.items()),
-        kernel.rnumel if kernel.kind != "poi" else 1,
+        _int_if_static(kernel.rnumel) if kernel.kind != "poi" else 1,
+        tuple(symbols),
     )
 
 
-def _mask(name: str, numel: int, block: int, shape: str) -> str:
+def _int_if_static(size: sympy.Expr) -> int | sympy.Expr:
+    return int(size) if size.is_Integer else size
+
+
+def _mask(name: str, numel: sympy.Expr, block: int, shape: str) -> str:
     """`xmask`/`rmask`: a constant when the blocks tile the range exactly."""
-    if numel > 0 and numel % block == 0:
+    if numel.is_Integer and numel > 0 and numel % block == 0:
         # every lane is in range; Triton folds a constant mask out of loads and
         # stores, which lets it use wide vector loads
         return f"{name} = tl.full({shape}, True, tl.int1)"
     return f"{name} = {name[0]}index < {name[0]}numel"
 
 
-def _kernel_body(kernel: TritonKernel, pid: str, meta: dict[str, int]) -> list[str]:
+def _kernel_body(kernel: TritonKernel, int64: bool, meta: dict[str, int]) -> list[str]:
+    # with 64-bit indices the lane numbers start out 64-bit, and so does all
+    # arithmetic on them
+    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    lanes = ".to(tl.int64)" if int64 else ""
     pointwise = kernel.kind == "poi"
     xshape = "[XBLOCK]" if pointwise else "[XBLOCK, 1]"
     xmask = _mask("xmask", kernel.numel, meta["XBLOCK"], xshape)
@@ -574,7 +627,7 @@ def _kernel_body(kernel: TritonKernel, pid: str, meta: dict[str, int]) -> list[s
     rmask = _mask("rmask", kernel.rnumel, meta["RBLOCK"], "[1, RBLOCK]")
     if kernel.kind == "per":
         return head + [
-            "rindex = tl.arange(0, RBLOCK)[None, :]",
+            f"rindex = tl.arange(0, RBLOCK)[None, :]{lanes}",
             rmask,
             *kernel.variable_definitions(),
             *kernel.rvariable_definitions(),
@@ -587,7 +640,7 @@ def _kernel_body(kernel: TritonKernel, pid: str, meta: dict[str, int]) -> list[s
         *kernel.lines,
     ]
     return head + [
-        "rbase = tl.arange(0, RBLOCK)[None, :]",
+        f"rbase = tl.arange(0, RBLOCK)[None, :]{lanes}",
         *kernel.variable_definitions(),
         *kernel.prologue,
         "for roffset in range(0, rnumel, RBLOCK):",

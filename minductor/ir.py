@@ -10,6 +10,8 @@ import torch
 
 from minductor.ops import CountingHandler, body_to_str, ops, set_handler
 from minductor.sizevars import (
+    FloorDiv,
+    ModularIndexing,
     affine_coefficients,
     contiguous_strides,
     flat_index,
@@ -29,9 +31,43 @@ def _ints(exprs: Sequence[sympy.Expr]) -> str:
     return "[" + ", ".join(str(e) for e in exprs) + "]"
 
 
+def as_expr(s: int | torch.SymInt | sympy.Expr) -> sympy.Expr:
+    """One size as a sympy expression: a Python int, or a SymInt's own expression."""
+    if isinstance(s, torch.SymInt):  # dynamic shapes: Dynamo's symbol, e.g. s77
+        return _from_dynamo(sympy.sympify(s.node.expr))
+    return sympy.Integer(s) if isinstance(s, int) else s
+
+
+# Dynamo writes sizes with its own sympy functions; these mean what ours (or sympy's) do
+_DYNAMO_FUNCTIONS = {
+    "FloorDiv": FloorDiv,
+    "CleanDiv": FloorDiv,  # a FloorDiv known to be exact
+    "ModularIndexing": ModularIndexing,
+    "PythonMod": sympy.Mod,
+    "Mod": sympy.Mod,
+    "Min": sympy.Min,
+    "Max": sympy.Max,
+    "PowByNatural": sympy.Pow,
+}
+
+
+def _from_dynamo(expr: sympy.Expr) -> sympy.Expr:
+    """Dynamo's size expression rebuilt from our functions, so that (s77 + 1)//2
+    from a fake tensor and our own FloorDiv(s77 + 1, 2) are the same expression."""
+    if not expr.args:  # a symbol or a number
+        return expr
+    args = [_from_dynamo(a) for a in expr.args]
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)):
+        return expr.func(*args)
+    func = _DYNAMO_FUNCTIONS.get(type(expr).__name__)
+    if func is None:  # e.g. a float cast: a lowering cannot use it as a size
+        raise TypeError(f"size expression {expr} uses {type(expr).__name__}")
+    return func(*args)
+
+
 def as_exprs(sizes: Sequence[int | sympy.Expr]) -> tuple[sympy.Expr, ...]:
-    """Sizes or strides as sympy expressions (graphs hand us Python ints)."""
-    return tuple(sympy.Integer(s) if isinstance(s, int) else s for s in sizes)
+    """Sizes or strides as sympy expressions (graphs hand us ints or SymInts)."""
+    return tuple(as_expr(s) for s in sizes)
 
 
 @dataclass(frozen=True)
@@ -52,9 +88,9 @@ class FixedLayout:
         return FixedLayout(
             t.device,
             t.dtype,
-            tuple(sympy.Integer(s) for s in t.size()),
-            tuple(sympy.Integer(s) for s in t.stride()),
-            sympy.Integer(t.storage_offset()),
+            as_exprs(t.size()),
+            as_exprs(t.stride()),
+            as_expr(t.storage_offset()),
         )
 
     def make_indexer(self) -> Callable[[Index], sympy.Expr]:

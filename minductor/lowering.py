@@ -32,6 +32,7 @@ from minductor.ir import (
     Scatter,
     TensorBox,
     strided_view,
+    as_expr,
     as_exprs,
     ConcatBuffer,
     ComputedBuffer,
@@ -91,6 +92,8 @@ SUPPORTED_DTYPES = {
 def _meta_like(x: Any) -> Any:
     if isinstance(x, TensorBox):
         return torch.empty((1,) * len(x.get_size()), dtype=x.get_dtype(), device="meta")
+    if isinstance(x, sympy.Expr):  # a symbolic size promotes like a Python int
+        return 1
     return x
 
 
@@ -147,6 +150,8 @@ def _device(args: Sequence[Any]) -> torch.device:
 
 def converting_loader(arg: Any, shape, dtype: torch.dtype) -> Callable:
     """Load `arg` (a TensorBox or a Python number) broadcast to `shape`, as `dtype`."""
+    if isinstance(arg, sympy.Expr) and not arg.is_number:  # a size, e.g. s0
+        return lambda index: ops.index_expr(arg, dtype)
     if not isinstance(arg, TensorBox):
         return lambda index: ops.constant(arg, dtype)
     loader = broadcast_loader(arg, shape)
@@ -622,21 +627,26 @@ def expand(x, size, *, implicit=False):
     return make_view(x, new, reindex)
 
 
-def _clamp(value: int | None, default: int, n: int) -> int:
+def _clamp(value: int | None, default, n):
+    """A slice bound as eager reads it: negative counts from the end, then clamped."""
     if value is None:
         return default
-    if value < 0:
-        value += n
-    return min(max(value, 0), n)
+    if isinstance(n, int) or n.is_Integer:
+        n = int(n)
+        return min(max(value + n if value < 0 else value, 0), n)
+    # a symbolic length s0: python's slicing rules as expressions (s0 >= 2)
+    if value >= 2**62:  # the "to the end" that x[a:] is traced as
+        return n
+    return sympy.Max(value + n, 0) if value < 0 else sympy.Min(value, n)
 
 
 @register_lowering(aten.slice.Tensor)
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = list(x.get_size())
     dim = _dim(dim, len(size))
-    n = int(size[dim])
+    n = size[dim]
     start, end = _clamp(start, 0, n), _clamp(end, n, n)
-    size[dim] = sympy.Integer(max(0, -(-(end - start) // step)))
+    size[dim] = sympy.Max(0, FloorDiv(end - start + step - 1, step))
 
     def reindex(index):
         old = list(index)
@@ -715,6 +725,19 @@ def unbind(x, dim=0):
     return tuple(select(x, dim, k) for k in range(n))
 
 
+def _less(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """a < b for two sizes. Symbolic sizes are ordered only when one divides the
+    other (s0 < 4*s0); anything else raises, and the op falls back."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    if a.is_number and b.is_number:
+        return bool(a < b)
+    if (q := sympy.cancel(b / a)).is_integer and q != 1:
+        return True
+    if sympy.cancel(a / b).is_integer:
+        return False
+    raise TypeError(f"cannot order the sizes {a} and {b}")
+
+
 def view_strides(old_size, old_stride, new_size) -> list[sympy.Expr] | None:
     """Strides for `new_size` over memory laid out as (old_size, old_stride), or None."""
     if not old_size or product(old_size) == 0:
@@ -731,7 +754,7 @@ def view_strides(old_size, old_stride, new_size) -> list[sympy.Expr] | None:
     k = len(new_size) - 1
     for numel, stride in reversed(runs):
         covered = sympy.Integer(1)
-        while covered < numel:
+        while _less(covered, numel):
             if k < 0:
                 return None
             new_stride[k] = stride * covered
@@ -754,10 +777,10 @@ def _reshape_groups(old, new) -> list[tuple[int, int, int, int]] | None:
         have_old = product(old[a:i])
         have_new = product(new[b:j])
         while have_old != have_new:
-            if have_old < have_new and a > 0:
+            if _less(have_old, have_new) and a > 0:
                 a -= 1
                 have_old *= old[a]
-            elif have_new < have_old and b > 0:
+            elif _less(have_new, have_old) and b > 0:
                 b -= 1
                 have_new *= new[b]
             else:
@@ -789,18 +812,22 @@ def reshape_reindex(old, new) -> Callable[[Index], list[sympy.Expr]]:
     return reindex
 
 
-def _infer_size(size: Sequence[int], numel: int) -> list[int]:
-    size = list(size)
+def _infer_size(size: Sequence[int], numel: sympy.Expr) -> list[sympy.Expr]:
+    size = list(as_exprs(size))
     if -1 in size:
-        known = math.prod(s for s in size if s != -1)
-        size[size.index(-1)] = numel // known if known else 0
+        known = product([s for s in size if s != -1])
+        inferred = sympy.cancel(numel / known) if known != 0 else sympy.Integer(0)
+        # 4*s0 elements viewed as (2*s0, -1): the cancelled quotient, 2
+        if not inferred.is_integer:
+            inferred = FloorDiv(numel, known)
+        size[size.index(-1)] = inferred
     return size
 
 
 @register_lowering(aten.view.default, aten._unsafe_view, aten.reshape)
 def view(x, size):
     old = x.get_size()
-    new = as_exprs(_infer_size(size, int(product(old))))
+    new = _infer_size(size, product(old))
     strided = strided_view(x.data)
     if strided is not None:
         stride = view_strides(old, strided.layout.stride, new)
@@ -952,16 +979,112 @@ register_lowering(aten.ones_like)(_like(lambda args: 1))
 register_lowering(aten.full_like)(_like(lambda args: args[0]))
 
 
+def _numbers(*values: Any) -> bool:
+    """True if all are integers (ints or integer sizes such as s0), False if some are
+    floats; anything else is declined."""
+
+    def is_int(v: Any) -> bool:
+        if type(v) in (int, float):
+            return type(v) is int
+        if isinstance(v, sympy.Expr) and v.is_integer:
+            return True
+        raise Unsupported(f"a range over {values}")  # a bool, a tensor
+
+    return all([is_int(v) for v in values])
+
+
+def _scalar(value: Any, dtype: torch.dtype) -> Any:
+    """A bound as a value in the body: a constant, or a size computed in the kernel."""
+    if isinstance(value, sympy.Expr) and not value.is_number:
+        return ops.index_expr(value, dtype)
+    return ops.constant(value, dtype)
+
+
+def _float_compute(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _affine(first: Any, step: Any, i: Any, compute: torch.dtype) -> Any:
+    """first + step * i, with i an int64 value, computed in `compute`."""
+    if compute != torch.int64:
+        i = ops.to_dtype(i, compute)
+    scaled = ops.mul(_scalar(step, compute), i)
+    return ops.add(_scalar(first, compute), scaled)
+
+
+def _range_box(length: int, dtype, device, at: Callable[[Any], Any]) -> TensorBox:
+    """A 1-d tensor whose element i is at(i): a body over the index, loading nothing."""
+    if dtype not in SUPPORTED_DTYPES or dtype == torch.bool:
+        raise Unsupported(f"a range of {dtype}")
+    device = torch.device(device or "cpu")
+
+    def inner_fn(index):
+        return ops.to_dtype(at(ops.index_expr(index[0], torch.int64)), dtype)
+
+    return TensorBox(Pointwise(device, dtype, inner_fn, as_exprs([length])))
+
+
+@register_lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def arange(*bounds, dtype=None, layout=None, device=None, pin_memory=None):
+    if len(bounds) == 1:
+        bounds = (0, *bounds)
+    start, end, step = (*bounds, 1)[:3]
+    integers = _numbers(start, end, step)
+    dtype = dtype or (torch.int64 if integers else torch.get_default_dtype())
+    symbolic = any(isinstance(b, sympy.Expr) for b in (start, end, step))
+    if symbolic and not (integers and isinstance(step, int)):
+        raise Unsupported(f"arange over {bounds}: a symbolic step, or float bounds")
+    if symbolic:  # the same ceiling, for a step of either sign
+        size = end - start if step > 0 else start - end
+        length, compute = FloorDiv(size + abs(step) - 1, abs(step)), torch.int64
+    elif integers:
+        length, compute = -((start - end) // step), torch.int64  # an exact ceil
+    elif dtype.is_floating_point:
+        length, compute = math.ceil((end - start) / step), _float_compute(dtype)
+    else:  # ATen truncates the bounds first, with length rules of its own
+        raise Unsupported(f"arange of {dtype} with bounds {bounds}")
+    at = lambda i: _affine(start, step, i, compute)  # noqa: E731
+    return _range_box(sympy.Max(length, 0), dtype, device, at)
+
+
+@register_lowering(prims.iota)
+def iota(length, *, start, step, dtype, device, requires_grad=False):
+    _numbers(length, start, step)
+    at = lambda i: _affine(start, step, i, torch.int64)  # noqa: E731
+    return _range_box(length, dtype, device, at)
+
+
+@register_lowering(aten.linspace.default)
+def linspace(
+    start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None
+):
+    _numbers(start, end, steps)
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point:  # eager truncates a float it computes per device
+        raise Unsupported(f"linspace of {dtype}")
+    if steps <= 1:  # no step to take: empty, or just start
+        return _constant_box(start, [steps], dtype, device)
+    compute, step = _float_compute(dtype), (end - start) / (steps - 1)
+
+    def at(i):
+        up = _affine(start, step, i, compute)
+        back = ops.sub(ops.constant(steps - 1, torch.int64), i)  # points left to end
+        down = _affine(end, -step, back, compute)
+        return ops.where(ops.lt(i, ops.constant(steps // 2, torch.int64)), up, down)
+
+    return _range_box(steps, dtype, device, at)
+
+
 def _index_value(expr: sympy.Expr) -> Any:
     return ops.index_expr(expr, torch.int64)
 
 
 def _within(expr: sympy.Expr, lo: Any, hi: Any) -> Any:
-    """lo <= expr < hi, as a boolean value."""
+    """lo <= expr < hi, as a boolean value (the bounds may be symbolic sizes)."""
     value = _index_value(expr)
     return ops.logical_and(
-        ops.ge(value, ops.constant(lo, torch.int64)),
-        ops.lt(value, ops.constant(hi, torch.int64)),
+        ops.ge(value, _index_value(sympy.sympify(lo))),
+        ops.lt(value, _index_value(sympy.sympify(hi))),
     )
 
 
@@ -1226,13 +1349,13 @@ def min_dim(x, dim, keepdim=False):
     return _extremum("min")(x, dim, keepdim), _arg_extremum("argmin")(x, dim, keepdim)
 
 
-def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, int]:
+def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]:
     """The mean and m2 of x over dims (both realized), and the count."""
     if not _is_float(x.get_dtype()):
         raise Unsupported(f"variance of {x.get_dtype()}")
     acc = _accumulator(x.get_dtype())
     size = x.get_size()
-    count = math.prod(int(size[d]) for d in _reduced_dims(len(size), dims))
+    count = product([size[d] for d in _reduced_dims(len(size), dims)])
     # the mean is stored in x's dtype; m2 stays in the accumulator's for the variance
     mean, m2 = (
         make_reduction(x, dims, keepdim, "welford_reduce", out, acc, output_index=k)
@@ -1243,13 +1366,17 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, int]:
     return mean, m2, count
 
 
-def _variance(x, m2: TensorBox, count: int, correction, root: bool) -> TensorBox:
+def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:
     acc = m2.get_dtype()
     correction = 1 if correction is None else correction
-    denominator = float(max(0, count - correction))
+    denominator = sympy.Max(0, count - sympy.nsimplify(correction))
 
     def finish(m):
-        var = ops.truediv(m, ops.constant(denominator, acc))
+        if denominator.is_number:
+            divisor = ops.constant(float(denominator), acc)
+        else:  # a symbolic count, max(0, s0 - 1): computed in the kernel
+            divisor = ops.index_expr(denominator, acc)
+        var = ops.truediv(m, divisor)
         return ops.sqrt(var) if root else var
 
     return pointwise(finish, [m2], dtypes=(acc, x.get_dtype()))
@@ -1580,16 +1707,23 @@ def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device 
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    def __init__(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], shape_env=None
+    ):
         super().__init__(gm)
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         self.device = _check_devices(names, example_inputs)
         self.example_inputs = list(example_inputs)
-        self.sizevars = SizeVarAllocator()
+        self.sizevars = (  # Dynamo's symbols, hints and ranges, if sizes are symbolic
+            SizeVarAllocator.from_shape_env(shape_env)
+            if shape_env is not None
+            else SizeVarAllocator()
+        )
         self.buffers: list[Buffer] = []
         self.graph_inputs: dict[str, Any] = {}
         self.graph_input_names: list[str] = []
-        self.graph_outputs: list[Buffer | None] = []
+        # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
+        self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
@@ -1619,12 +1753,17 @@ class GraphLowering(torch.fx.Interpreter):
             box = TensorBox(InputBuffer(name, FixedLayout.from_tensor(value)))
             self.graph_inputs[name] = box
             return box
+        if isinstance(value, torch.SymInt):
+            value = as_expr(value)  # a size symbol, bound by the wrapper at run time
         self.graph_inputs[name] = value
         return value
 
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
+        meta = self.current_node.meta.get("val")
+        if isinstance(meta, torch.SymInt):  # arithmetic on sizes: the answer is known
+            return as_expr(meta)
         lowering = lowerings.get(target)
         if lowering is not None:
             try:
@@ -1633,6 +1772,11 @@ class GraphLowering(torch.fx.Interpreter):
                 return lowering(*args, **kwargs)
             except Unsupported as why:
                 return self.fallback(target, args, kwargs, reason=str(why))
+            except TypeError as why:  # int(s0), or s0 < 4 asked of sympy
+                if self.sizevars.shape_env is None:
+                    raise  # with static sizes this is a bug, not a limitation
+                reason = f"needs static sizes: {why}"
+                return self.fallback(target, args, kwargs, reason=reason)
         return self.fallback(target, args, kwargs, reason="no lowering")
 
     def output(self, target, args, kwargs):
@@ -1642,8 +1786,8 @@ class GraphLowering(torch.fx.Interpreter):
         for value in results:
             if isinstance(value, TensorBox):
                 self.graph_outputs.append(value.realize(self))
-            elif value is None:
-                self.graph_outputs.append(None)
+            elif value is None or isinstance(value, sympy.Expr):
+                self.graph_outputs.append(value)
             else:
                 raise NotImplementedError(f"graph output {value!r} is not a tensor")
         return results
@@ -1735,12 +1879,23 @@ class GraphLowering(torch.fx.Interpreter):
     def _check_against_meta(self, n: torch.fx.Node, box: TensorBox, meta) -> None:
         if not isinstance(meta, torch.Tensor):
             return
-        size = tuple(int(s) for s in box.get_size())
-        if box.get_dtype() != meta.dtype or size != tuple(meta.shape):
-            raise AssertionError(
-                f"lowering of {n.target} produced {box.get_dtype()} {list(size)}, "
-                f"but eager produces {meta.dtype} {list(meta.shape)}"
-            )
+        size, expected = box.get_size(), as_exprs(meta.shape)
+        same = len(size) == len(expected) and all(
+            sympy.expand(a - b) == 0 for a, b in zip(size, expected)
+        )
+        if same and box.get_dtype() == meta.dtype:
+            return
+        hints = self.sizevars.size_hints
+        if box.get_dtype() == meta.dtype and len(size) == len(expected):
+            if hints(size) == hints(expected):  # equal for these sizes, maybe not all
+                raise NotImplementedError(
+                    f"cannot prove that {n.target}'s size {list(size)} is eager's "
+                    f"{list(expected)}"
+                )
+        raise AssertionError(
+            f"lowering of {n.target} produced {box.get_dtype()} {list(size)}, "
+            f"but eager produces {meta.dtype} {list(meta.shape)}"
+        )
 
     def _maybe_realize(self, n: torch.fx.Node, box: TensorBox) -> None:
         counts = box.data.count_ops()

@@ -132,8 +132,9 @@ def launch(
     )
     # the sizes are in the key, not only the grid: Triton specializes integer
     # arguments (an xnumel of 1 becomes a constant), so a binary is only good for its
-    # own sizes
-    key = (id(kernel), sizes, XBLOCK, RBLOCK)
+    # own sizes; so are the size symbols a dynamic-shape kernel takes
+    symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
+    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK)
     launcher = _launchers.get(key)
     if launcher is None:
         launcher = _launchers[key] = Launcher(kernel, grid, blocks, num_warps)

@@ -207,8 +207,10 @@ def is_persistent(node: BaseSchedulerNode) -> bool:
     """Does node's kernel hold whole rows in registers, with no loop over them?"""
     rnumel = node.group[2]
     if is_inner_reduction(node):
-        return rnumel <= config.persistent_reduction_limit
-    return rnumel <= config.outer_persistent_limit
+        limit = config.persistent_reduction_limit
+    else:
+        limit = config.outer_persistent_limit
+    return _SIZEVARS.statically_known_leq(rnumel, limit)
 
 
 _SIZEVARS = SizeVarAllocator()
@@ -323,7 +325,8 @@ def _loops(node: BaseSchedulerNode) -> str:
 class Scheduler:
     def __init__(self, graph: GraphLowering):
         self.graph = graph
-        self.output_names = {b.name for b in graph.graph_outputs if b is not None}
+        outputs = graph.graph_outputs
+        self.output_names = {b.name for b in outputs if isinstance(b, Buffer)}
         self.nodes: list[BaseSchedulerNode] = [self._create(b) for b in graph.buffers]
         self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.fusion_log: list[str] = []
@@ -450,7 +453,8 @@ class Scheduler:
         buf = self._buffer(name)
         if buf is None or not hasattr(buf.layout, "size"):
             return 0
-        return int(product(buf.layout.size)) * buf.layout.dtype.itemsize
+        numel = self.graph.sizevars.size_hint(product(buf.layout.size))
+        return numel * buf.layout.dtype.itemsize
 
     def _buffer(self, name: str) -> Buffer | None:
         for b in self.graph.buffers:
@@ -571,7 +575,7 @@ class Scheduler:
 def _is_epilogue(node: BaseSchedulerNode, numel, rnumel) -> bool:
     """Pointwise over exactly a reduction's outputs: it runs once per output."""
     pointwise = not any(m.is_reduction() for m in node.snodes)
-    return pointwise and rnumel > 1 and node.group[1:] == (numel, 1)
+    return pointwise and rnumel != 1 and node.group[1:] == (numel, 1)
 
 
 def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:

@@ -123,7 +123,7 @@ def flat_index(
     index: Sequence[sympy.Expr], stride: Sequence[sympy.Expr], offset: sympy.Expr = 0
 ) -> sympy.Expr:
     assert len(index) == len(stride), (index, stride)
-    return sympy.Integer(offset) + sum(
+    return sympy.sympify(offset) + sum(
         (i * s for i, s in zip(index, stride)), sympy.Integer(0)
     )
 
@@ -214,6 +214,7 @@ class SizeVarAllocator:
         self.var_to_hint = dict(var_to_hint or {})
         self.var_to_range = dict(var_to_range or {})
         self.guards: list[sympy.Basic] = []  # relations assumed from the hints
+        self.shape_env = None  # Dynamo's, when the sizes came from it (below)
 
     def create_symbol(self, hint: int, lo: int = 2, hi=sympy.oo) -> sympy.Symbol:
         assert lo <= hint <= hi, (lo, hint, hi)
@@ -323,7 +324,47 @@ class SizeVarAllocator:
         assumed = relation if holds else sympy.Not(relation)
         if not self.statically_known_true(assumed):
             self.guards.append(assumed)
+            if self.shape_env is not None:  # Dynamo checks it before each call
+                self._guard_in_dynamo(assumed)
         return holds
+
+
+    @classmethod
+    def from_shape_env(cls, shape_env) -> SizeVarAllocator:
+        """The allocator for a graph traced by Dynamo: its symbols, hints and ranges."""
+
+        def bound(value) -> sympy.Expr:  # Dynamo's integer infinity is sympy's oo
+            text = str(value)
+            if text in ("int_oo", "oo", "-int_oo", "-oo"):
+                return -sympy.oo if text.startswith("-") else sympy.oo
+            return sympy.Integer(int(value))
+
+        hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+        ranges = {
+            s: (bound(vr.lower), bound(vr.upper))
+            for s, vr in shape_env.var_to_range.items()
+        }
+        sizevars = cls({s: int(h) for s, h in hints.items()}, ranges)
+        sizevars.shape_env = shape_env
+        return sizevars
+
+    def _guard_in_dynamo(self, relation) -> None:
+        """Hand a guard to Dynamo, in its own sympy functions; refuse if it cannot."""
+        from torch.utils._sympy import functions as dynamo
+
+        theirs = {
+            FloorDiv: dynamo.FloorDiv,
+            ModularIndexing: dynamo.ModularIndexing,
+            sympy.Min: dynamo.Min,
+            sympy.Max: dynamo.Max,
+        }
+        translated = relation.replace(
+            lambda e: e.func in theirs, lambda e: theirs[e.func](*e.args)
+        )
+        try:
+            self.shape_env.evaluate_expr(translated)
+        except Exception as why:  # an assumption nobody will check is not allowed
+            raise NotImplementedError(f"cannot guard on {relation}: {why}") from why
 
 
     def simplify_with_ranges(
@@ -578,6 +619,9 @@ def index_dtype(
     unsure = [v for v in values if not sizevars.statically_known_leq(v, INT32_MAX)]
     if any(sizevars.size_hint(v) > INT32_MAX for v in unsure):
         return "tl.int64"
-    for v in unsure:
-        sizevars.guard_leq(v, INT32_MAX)
+    try:
+        for v in unsure:
+            sizevars.guard_leq(v, INT32_MAX)
+    except NotImplementedError:  # the guard could not be placed: stay safe
+        return "tl.int64"
     return "tl.int32"

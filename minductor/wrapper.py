@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 
 from minductor.codegen_triton import GeneratedKernel, generate_kernel
@@ -22,10 +23,12 @@ from minductor.ir import (
 )
 from minductor.lowering import GraphLowering
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
+from minductor.sizevars import pexpr
 
 
 def _tuple(exprs) -> str:
-    items = [str(int(e)) for e in exprs]
+    # sizes print as Python: 4, or with dynamic shapes s0*s1 (bound in `call`)
+    items = [pexpr(e) for e in exprs]
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
@@ -54,11 +57,12 @@ class KernelCallLine:
     kernel: GeneratedKernel
 
     def codegen(self) -> str:
-        args = ", ".join(self.kernel.call_args)
+        args = ", ".join(self.kernel.call_args + self.kernel.size_args)
         meta = ", ".join(f"{k}={v}" for k, v in self.kernel.meta)
         if "RBLOCK" in dict(self.kernel.meta):  # a reduction: its size goes too
-            meta = f"rnumel={self.kernel.rnumel}, {meta}"
-        return f"launch({self.kernel_name}, {self.kernel.numel}, {args}, {meta})"
+            meta = f"rnumel={pexpr(self.kernel.rnumel)}, {meta}"
+        numel = pexpr(self.kernel.numel)
+        return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
 
     def uses(self) -> tuple[str, ...]:
         return self.kernel.call_args
@@ -70,6 +74,8 @@ class KernelCallLine:
 def codegen_arg(a: Any) -> str:
     if isinstance(a, Buffer):
         return a.name
+    if isinstance(a, sympy.Expr):  # a size passed to ATen, e.g. view(buf0, [s0, 4])
+        return pexpr(a)
     if isinstance(a, (list, tuple)):
         inner = ", ".join(codegen_arg(x) for x in a)
         return (
@@ -138,7 +144,7 @@ class ReinterpretLine:
     def codegen(self) -> str:
         n, base = self.node, self.node.base.name
         size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
-        offset = f"{base}.storage_offset() + {int(n.layout.offset)}"
+        offset = f"{base}.storage_offset() + {pexpr(n.layout.offset)}"
         return f"{n.name} = {base}.as_strided({size}, {stride}, {offset})"
 
     def uses(self) -> tuple[str, ...]:
@@ -225,7 +231,9 @@ class WrapperCodeGen:
                 else:
                     self.lines.append(ExternCallLine(node.node))
                 continue
-            kernel = generate_kernel(node, removed, self.interpret)
+            kernel = generate_kernel(
+                node, removed, self.interpret, self.graph.sizevars
+            )
             name = self.kernels.get(kernel.source)
             if name is None:
                 name = f"triton_{kernel.descriptive_name}_{len(self.kernels)}"
@@ -250,7 +258,7 @@ class WrapperCodeGen:
         return lines + [ReinterpretLine(ReinterpretBuffer(name, layout, owner))]
 
     def plan_frees(self) -> None:
-        keep = {b.name for b in self.graph.graph_outputs if b is not None}
+        keep = {b.name for b in self.graph.graph_outputs if isinstance(b, Buffer)}
         seen: set[str] = set(keep)
         planned: list[Line] = []
         for line in reversed(self.lines):
@@ -267,6 +275,53 @@ class WrapperCodeGen:
             if n not in seen and isinstance(self.graph.graph_inputs[n], TensorBox)
         )
         self.lines = ([FreeLine(unused)] if unused else []) + planned[::-1]
+
+
+    def bind_sizes(self) -> list[str]:
+        """`s0 = arg0_1`: each size symbol the plan uses, computed from the inputs."""
+        inputs = [(n, self.graph.graph_inputs[n]) for n in self.graph.graph_input_names]
+        where: dict[str, str] = {}
+        for name, value in inputs:
+            if isinstance(value, sympy.Symbol):  # a SymInt input: the size itself
+                where.setdefault(value.name, name)
+        for name, value in inputs:
+            if not isinstance(value, TensorBox):
+                continue
+            lay = value.data.layout
+            for what, exprs in (("size", lay.size), ("stride", lay.stride)):
+                for d, e in enumerate(exprs):
+                    if isinstance(e, sympy.Symbol):
+                        where.setdefault(e.name, f"{name}.{what}({d})")
+            if isinstance(lay.offset, sympy.Symbol):
+                where.setdefault(lay.offset.name, f"{name}.storage_offset()")
+        used = self.symbols_used()
+        missing = sorted(used - set(where))
+        if missing:
+            raise NotImplementedError(
+                f"size symbols {', '.join(missing)} cannot be computed from the inputs"
+            )
+        return [f"{s} = {where[s]}" for s in sorted(used)]
+
+    def symbols_used(self) -> set[str]:
+        def exprs_in(value: Any) -> list[sympy.Expr]:  # in a fallback's arguments
+            if isinstance(value, sympy.Expr):
+                return [value]
+            if isinstance(value, (list, tuple)):
+                return [e for v in value for e in exprs_in(v)]
+            return []
+
+        exprs = [b for b in self.graph.graph_outputs if isinstance(b, sympy.Expr)]
+        names: set[str] = set()
+        for buf in self.graph.buffers:
+            if isinstance(buf.layout, FixedLayout):
+                exprs += [*buf.layout.size, *buf.layout.stride, buf.layout.offset]
+            if isinstance(buf, FallbackKernel):
+                exprs += exprs_in([buf.args, list(buf.kwargs.values())])
+        for line in self.lines:
+            if isinstance(line, KernelCallLine):
+                exprs += [line.kernel.numel, line.kernel.rnumel]
+                names |= set(line.kernel.size_args)
+        return names | {s.name for e in exprs for s in sympy.sympify(e).free_symbols}
 
 
     def generate(self) -> str:
@@ -301,10 +356,12 @@ class WrapperCodeGen:
         if names:
             body += [", ".join(names) + ("," if len(names) == 1 else "") + " = args"]
         body += ["args.clear()"]
+        body += self.bind_sizes()
         for line in self.lines:
             body += line.codegen().splitlines()
         outputs = [
-            b.name if b is not None else "None" for b in self.graph.graph_outputs
+            b.name if isinstance(b, Buffer) else "None" if b is None else pexpr(b)
+            for b in self.graph.graph_outputs
         ]
         body += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
         return ["def call(args):"] + ["    " + line for line in body]
@@ -315,10 +372,16 @@ class WrapperCodeGen:
             value = self.graph.graph_inputs[name]
             if isinstance(value, TensorBox):
                 lay = value.data.layout
+                size, stride = (
+                    self.graph.sizevars.size_hints(exprs)
+                    for exprs in (lay.size, lay.stride)
+                )
                 body.append(
-                    f"{name} = rand_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+                    f"{name} = rand_strided({_tuple(size)}, {_tuple(stride)}, "
                     f"device='{lay.device}', dtype={lay.dtype})"
                 )
+            elif isinstance(value, sympy.Expr):  # a size symbol: its hint
+                body.append(f"{name} = {self.graph.sizevars.size_hint(value)}")
             else:
                 body.append(f"{name} = {value!r}")
         inputs = ", ".join(self.graph.graph_input_names)

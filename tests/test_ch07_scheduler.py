@@ -26,7 +26,7 @@ from minductor.scheduler import (
     fusion_rules,
     register_fusion_rule,
 )
-from minductor.sizevars import index_vars
+from minductor.sizevars import SizeVarAllocator, index_vars
 
 pytestmark = pytest.mark.ch07
 
@@ -247,6 +247,7 @@ def _hand_built(second_body, second_device=cpu):
         buffers=[buf0, buf1],
         graph_outputs=[buf0, buf1],
         graph_inputs={"x": TensorBox(x)},
+        sizevars=SizeVarAllocator(),
     )
     return Scheduler(graph)
 

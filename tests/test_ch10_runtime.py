@@ -149,11 +149,17 @@ def test_launch_keeps_one_launcher_per_kernel_and_grid():
     for _ in range(3):
         launch(kernel, 10, XBLOCK=8, num_warps=1)
     launch(kernel, 100, XBLOCK=8, num_warps=1)
+    launch(kernel, 100, 7, XBLOCK=8, num_warps=1)  # a size symbol, s0 = 7
     mine = {key for key in runtime._launchers if key[0] == id(kernel)}
-    assert mine == {(id(kernel), (10,), 8, None), (id(kernel), (100,), 8, None)}
+    assert mine == {
+        (id(kernel), (10,), (), 8, None),
+        (id(kernel), (100,), (), 8, None),
+        (id(kernel), (100,), (7,), 8, None),
+    }
     # in the interpreter there is no binary: every launch takes Triton's generic path
-    assert kernel.grids == [(2,), (2,), (2,), (13,)]
-    assert [c[1][-1] for c in kernel.calls] == [10, 10, 10, 100]  # xnumel comes last
+    assert kernel.grids == [(2,), (2,), (2,), (13,), (13,)]
+    assert [c[1][-1] for c in kernel.calls] == [10, 10, 10, 100, 100]  # xnumel last
+    assert kernel.calls[-1][1] == (7, 100)  # the size symbol, then xnumel
 
 
 @pytest.mark.cuda

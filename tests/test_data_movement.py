@@ -105,6 +105,73 @@ def test_factories(device):
     run(lambda x: torch.ones_like(x, dtype=torch.int32) + x.new_zeros(6).long(), x)
 
 
+RANGES = {
+    "end_only": lambda x: torch.arange(7, device=x.device),
+    "start_end": lambda x: torch.arange(-3, 9, device=x.device),
+    "negative_step": lambda x: torch.arange(10, -4, -3, device=x.device),
+    "float_step": lambda x: torch.arange(0.5, 3.0, 0.25, device=x.device),
+    "float_end": lambda x: torch.arange(6.5, device=x.device),
+    "int32": lambda x: torch.arange(2, 40, 3, dtype=torch.int32, device=x.device),
+    "float16": lambda x: torch.arange(-5, 5, dtype=torch.float16, device=x.device),
+    "float16_float_step": lambda x: torch.arange(
+        0, 2, 0.125, dtype=torch.float16, device=x.device
+    ),
+    "empty": lambda x: torch.arange(3, 3, device=x.device),
+    "big_values": lambda x: torch.arange(0, 10**11, 10**10, device=x.device),
+    "iota": lambda x: torch.ops.prims.iota(
+        5, start=3, step=-2, dtype=torch.int32, device=x.device, requires_grad=False
+    ),
+    "linspace": lambda x: torch.linspace(0, 1, 7, device=x.device),
+    "linspace_one": lambda x: torch.linspace(2.5, 9, 1, device=x.device),
+    "linspace_descending": lambda x: torch.linspace(5, -5, 7, device=x.device),
+    "linspace_even_float64": lambda x: torch.linspace(
+        -1, 3, 10, dtype=torch.float64, device=x.device
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(RANGES))
+def test_ranges_match_eager_in_dtype_and_value(device, name):
+    x = torch.randn(3, device=device)
+    kernels, fallbacks = run(RANGES[name], x)
+    assert fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_arange_fuses_into_its_reader(device):
+    x = torch.randn(5, 13, device=device)
+
+    def fn(x):
+        steps = torch.arange(13, device=x.device)
+        ramp = torch.linspace(1, 0, 5, device=x.device)[:, None]
+        return x * steps + ramp - torch.arange(0.5, 5.5, 1.0, device=x.device)[:, None]
+
+    kernels, fallbacks = run(fn, x)
+    assert (len(kernels), fallbacks) == (1, [])
+
+
+def test_arange_reads_no_buffer():
+    if not INTERPRET:
+        pytest.skip("CPU kernels need the interpreter")
+    out, (graph,) = compiled(lambda: torch.arange(2, 40, 3) * 2)
+    torch.testing.assert_close(out, torch.arange(2, 40, 3) * 2)
+    assert (len(graph.kernel_names), graph.fallbacks) == (1, [])
+    assert "tl.load" not in graph.source and "in_ptr" not in graph.source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ranges_of_what_we_decline_still_match_eager(device):
+    # float bounds with an integer dtype, and an integer linspace: ATen's own rules
+    x = torch.randn(3, device=device)
+    for fn in (
+        lambda x: torch.arange(0.5, 7.9, 1.5, dtype=torch.int32, device=x.device),
+        lambda x: torch.linspace(0, 10, 4, dtype=torch.int64, device=x.device),
+    ):
+        _, fallbacks = run(fn, x)
+        assert len(fallbacks) == 1
+
+
 def test_flip_reads_its_input_backwards():
     if not INTERPRET:
         pytest.skip("CPU kernels need the interpreter")

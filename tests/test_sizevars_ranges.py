@@ -39,6 +39,7 @@ X = sympy.Symbol("x", integer=True, nonnegative=True)
 
 def _value(expr, point):
     out = sympy.sympify(expr).xreplace({k: sympy.Integer(v) for k, v in point.items()})
+    out = out.doit()  # xreplace may leave Min(1, 2) unevaluated
     assert out.is_Integer, out
     return int(out)
 

@@ -149,6 +149,21 @@ def test_unaligned_input_gives_the_right_answer(device):
     run(lambda t: t.sum(), base[3:])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_update_of_an_unaligned_input_reaches_the_base(device):
+    def f(t):
+        t.mul_(2)
+        return t + 1
+
+    base = torch.randn(4097, device=device)
+    ours, theirs = base.clone(), base.clone()
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="minductor")(ours[1:])  # 4 bytes past alignment
+    expected = f(theirs[1:])
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)  # ours[0] untouched too
+
+
 # --- the two pieces of reshape, checked against torch without compiling -------------
 
 

@@ -1,0 +1,257 @@
+"""Dynamic shapes: one compiled graph serves many sizes.
+
+Each function is compiled once with `dynamic=True` and called with three sizes; the
+results must match eager for every size, minductor must have compiled exactly one graph,
+and its kernels must take the size symbols as arguments. Static shapes are checked to stay
+specialised (numbers in the kernel, no size arguments).
+"""
+
+import logging
+import re
+
+import pytest
+import sympy
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from helpers import DEVICES
+from minductor.capture import record_compiled
+from minductor.codegen_triton import generate_kernel
+from minductor.lowering import GraphLowering
+from minductor.scheduler import Scheduler
+from minductor.sizevars import SizeVarAllocator
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ch09]
+
+SIZES = (5, 9, 17)  # no two alike, none 0 or 1 (Dynamo specializes those)
+
+
+def run_dynamic(fn, make_args, sizes=SIZES, atol=1e-4, rtol=1e-4):
+    """Compile fn once (dynamic=True), call it at each size; return the one graph."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    with record_compiled() as graphs:
+        for n in sizes:
+            args = make_args(n)
+            out, expected = compiled(*args), fn(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            exps = expected if isinstance(expected, tuple) else (expected,)
+            for o, e in zip(outs, exps, strict=True):
+                if isinstance(e, torch.Tensor):
+                    assert (o.dtype, o.shape) == (e.dtype, e.shape)
+                    torch.testing.assert_close(o, e, atol=atol, rtol=rtol)
+                else:
+                    assert o == e
+    assert len(graphs) == 1, f"compiled {len(graphs)} times for sizes {sizes}"
+    return graphs[0]
+
+
+def kernel_params(source: str) -> list[list[str]]:
+    """The parameter lists of the @triton.jit kernels in a generated module."""
+    return [
+        [p.strip().split(":")[0] for p in params.split(",")]
+        for params in re.findall(r"^def triton_\w+\((.*)\):", source, re.M)
+    ]
+
+
+def size_params(source: str) -> set[str]:
+    names = {p for params in kernel_params(source) for p in params}
+    return {p for p in names if re.fullmatch(r"s\d+", p)}
+
+
+CASES = {
+    "pointwise": (lambda x: x.sin() * 2 + 1, lambda n, d: (torch.randn(n, 3, device=d),)),
+    "broadcast": (
+        lambda x, b: x * b + 1,
+        lambda n, d: (torch.randn(n, 6, device=d), torch.randn(6, device=d)),
+    ),
+    "transposed": (
+        lambda x: x.t() * 2,
+        lambda n, d: (torch.randn(7, n, device=d),),
+    ),
+    "sliced_input": (
+        lambda x: x + 1,
+        lambda n, d: (torch.randn(n, 8, device=d)[:, 1::2],),
+    ),
+    "sum_rows": (lambda x: x.sum(1), lambda n, d: (torch.randn(4, n, device=d),)),
+    "sum_columns": (lambda x: x.sum(0), lambda n, d: (torch.randn(n, 6, device=d),)),
+    "sum_all": (lambda x: x.sum(), lambda n, d: (torch.randn(n, 3, device=d),)),
+    "softmax": (
+        lambda x: torch.softmax(x, -1),
+        lambda n, d: (torch.randn(3, n, device=d),),
+    ),
+    "layer_norm": (
+        lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]),
+        lambda n, d: (torch.randn(6, n, device=d),),
+    ),
+    "var": (lambda x: x.var(-1), lambda n, d: (torch.randn(3, n, device=d),)),
+    "argmax": (lambda x: x.argmax(-1), lambda n, d: (torch.randn(3, n, device=d),)),
+    "flatten": (lambda x: x.view(-1) * 2, lambda n, d: (torch.randn(n, 4, device=d),)),
+    "permute": (
+        lambda x: x.permute(2, 0, 1).contiguous(),
+        lambda n, d: (torch.randn(n, 3, 2, device=d),),
+    ),
+    "slice_steps": (
+        lambda x: x[1:, ::2] * 3,
+        lambda n, d: (torch.randn(n, 2 * n + 1, device=d),),
+    ),
+    "cat": (
+        lambda x, y: torch.cat([x, y]) + 1,
+        lambda n, d: (torch.randn(n, 3, device=d), torch.randn(2, 3, device=d)),
+    ),
+    "pad": (
+        lambda x: torch.nn.functional.pad(x, (1, 2)),
+        lambda n, d: (torch.randn(n, 3, device=d),),
+    ),
+    "flip": (lambda x: x.flip(0), lambda n, d: (torch.randn(n, 3, device=d),)),
+    "gather": (
+        lambda x, i: torch.gather(x, 1, i),
+        lambda n, d: (
+            torch.randn(3, n, device=d),
+            torch.randint(-n, n, (3, 2), device=d) % n,
+        ),
+    ),
+    "embedding": (
+        lambda w, i: torch.nn.functional.embedding(i, w) * 2,
+        lambda n, d: (torch.randn(n, 4, device=d), torch.randint(0, n, (3,), device=d)),
+    ),
+    "outer_product": (
+        lambda x: x.unsqueeze(1) * x.unsqueeze(0),
+        lambda n, d: (torch.randn(n, device=d),),
+    ),
+    "int64": (lambda x: x * 3 - 1, lambda n, d: (torch.arange(n, device=d) - 4,)),
+    "arange": (
+        lambda x: x + torch.arange(x.shape[0], device=x.device),
+        lambda n, d: (torch.randn(n, device=d),),
+    ),
+    "arange_down": (
+        lambda x: x * torch.arange(x.shape[0] + 2, 2, -1, device=x.device),
+        lambda n, d: (torch.randn(n, device=d),),
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_compile_serves_three_sizes(case, device):
+    fn, make = CASES[case]
+    graph = run_dynamic(fn, lambda n: make(n, device))
+    assert graph.fallbacks == []
+    assert size_params(graph.source), "no kernel takes a size symbol"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_takes_the_size_symbol_and_the_wrapper_computes_it(device):
+    graph = run_dynamic(
+        lambda x, y: (x.sin() + y).sum(1) * x.shape[0],
+        lambda n: (torch.randn(n, 7, device=device), torch.randn(7, device=device)),
+        sizes=(5, 9, 17),
+    )
+    (params,) = kernel_params(graph.source)
+    assert params[-4:] == ["xnumel", "rnumel", "XBLOCK", "RBLOCK"]
+    # the output's length is a symbol, read from the inputs at the top of call, and
+    # passed to the kernel
+    call = graph.source[graph.source.index("def call") :]
+    (rows,) = re.findall(r"empty_strided\(\((s\d+),\)", call)
+    assert re.search(rf"^    {rows} = arg\d+_1$", call, re.M)
+    assert rows in params
+    # a looped reduction: a persistent block sized from one call would not fit a
+    # longer row of the next
+    assert "for roffset in range(0, rnumel, RBLOCK)" in graph.source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_size_outputs_and_size_arithmetic(device):
+    graph = run_dynamic(
+        lambda x: (x.reshape(-1) + x.shape[0], x.shape[0] * x.shape[1] + 1),
+        lambda n: (torch.randn(n, 3, device=device),),
+    )
+    assert graph.fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_marking_one_dimension_dynamic(device):
+    torch._dynamo.reset()
+    fn = lambda x: torch.relu(x) + 1  # noqa: E731
+    compiled = torch.compile(fn, backend="minductor")
+    with record_compiled() as graphs:
+        for n in SIZES:
+            x = torch.randn(n, 6, device=device)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len(graphs) == 1
+    assert len(size_params(graphs[0].source)) == 1  # the 6 stays a number
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_static_shapes_stay_specialised(device):
+    torch._dynamo.reset()
+    fn = lambda x: x.sum(1)  # noqa: E731
+    compiled = torch.compile(fn, backend="minductor", dynamic=False)
+    with record_compiled() as graphs:
+        for n in (5, 9):
+            x = torch.randn(n, 64, device=device)
+            torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    assert len(graphs) == 2  # one specialised graph per size
+    for graph, n in zip(graphs, (5, 9)):
+        assert size_params(graph.source) == set()
+        assert "for roffset" not in graph.source  # 64 fits one persistent block
+        assert f"launch(triton_per_fused_sum_0, {n}," in graph.source
+        assert "rmask = tl.full([1, RBLOCK], True, tl.int1)" in graph.source
+
+
+def test_an_op_that_needs_static_sizes_falls_back_alone(caplog):
+    # split's number of pieces depends on the size: that one op runs with ATen
+    fn = lambda x: x.split(2, dim=1)[0].exp() + 1  # noqa: E731
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        graph = run_dynamic(fn, lambda n: (torch.randn(n, 6),))
+    assert graph.fallbacks == ["aten.split.Tensor"]
+    assert any("needs static sizes" in r.getMessage() for r in caplog.records)
+
+
+def test_a_size_we_cannot_prove_equal_runs_the_graph_with_aten(caplog):
+    # (n*m) // (2*n) written two ways: equal for every call, but not provably for us
+    fn = lambda x: x.reshape(x.shape[0] * 2, -1) + 1  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        for n in SIZES:
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), fn(x))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("fallback: aten.view.default" in m for m in messages)
+
+
+# --- the index dtype under symbolic sizes -------------------------------------------
+
+
+def test_symbolic_kernel_uses_int32_under_a_guard():
+    sv = SizeVarAllocator()
+    s0 = sv.create_symbol(hint=1000)
+    from minductor.sizevars import index_dtype
+
+    assert index_dtype([s0 * 64], sv) == "tl.int32"
+    assert sv.guards == [sympy.Le(64 * s0, 2**31 - 1)]  # Dynamo would check this
+    big = SizeVarAllocator()
+    s1 = big.create_symbol(hint=2**26)
+    assert index_dtype([s1 * 64], big) == "tl.int64"  # the hint already overflows
+    assert big.guards == []
+
+
+def _kernel_source(fn, *args) -> str:
+    graph = GraphLowering(make_fx(fn)(*args), args).lower()
+    scheduler = Scheduler(graph)
+    (node,) = scheduler.nodes
+    return generate_kernel(node, scheduler.removed_buffers, interpret=True).source
+
+
+def test_a_strided_view_of_a_huge_tensor_gets_int64_indices():
+    # 3 x 3 elements, but rows 2**31 elements apart: the offsets overflow int32 even
+    # though the element count does not (meta tensors: nothing is allocated)
+    huge = torch.empty_strided((3, 3), (2**31, 1), device="meta")
+    small = torch.empty_strided((3, 3), (1000, 1), device="meta")
+    assert "tl.program_id(0).to(tl.int64)" in _kernel_source(lambda x: x + 1, huge)
+    assert "tl.program_id(0).to(tl.int64)" not in _kernel_source(lambda x: x + 1, small)
+    # a reduction along the huge stride: its r lanes start 64-bit too
+    reduce = _kernel_source(lambda x: x.sum(0), huge)
+    assert "rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)" in reduce
