@@ -29,9 +29,12 @@ class CompiledGraph:
     fallbacks: list[str]
     fusion_log: list[str]
     call: Callable[[list[Any]], Any] = field(repr=False)
+    constants: list[torch.Tensor] = field(default_factory=list, repr=False)
     _boxed_call: bool = True
 
     def __call__(self, args: list[Any]) -> Any:
+        if self.constants:  # tensors the graph holds, after the caller's inputs
+            args.extend(self.constants)
         return self.call(args)
 
 
@@ -95,6 +98,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, shape_env) -> Callable:
         list(graph.fallbacks),
         list(scheduler.fusion_log),
         module.call,
+        list(graph.constants.values()),
     )
     if config.debug >= 2:
         log.debug("minductor: generated %s\n%s", module.__file__, source)

@@ -14,6 +14,7 @@ import torch
 from torch._ops import OpOverload, OpOverloadPacket
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from minductor.config import config
 from minductor.ir import (
@@ -1684,10 +1685,38 @@ def scatter_reduce(graph, x, dim, index, src, reduce, *, include_self=True):
 
 @register_lowering(aten.index_put, graph=True)
 def index_put(graph, x, indices, values, accumulate=False):
+    if (masked := _masked_fill(x, indices, values, accumulate)) is not None:
+        return masked
     ranges, where, _ = advanced_index(x, indices)
     value = _values(values, x, ranges, broadcast=True)
     mode = "atomic_add" if accumulate else None
     return _scatter(graph, x, ranges, where, value, mode, "index_put")
+
+
+def _masked_fill(x: TensorBox, indices, values, accumulate: bool) -> TensorBox | None:
+    """x[mask] = v with one value v: where(mask, v, x). None if it is not that."""
+    if accumulate or len(indices) != 1 or not isinstance(indices[0], TensorBox):
+        return None
+    mask = indices[0]
+    if mask.get_dtype() != torch.bool:
+        return None
+    size, covered = x.get_size(), mask.get_size()
+    if tuple(covered) != tuple(size[: len(covered)]):
+        return None
+    if not isinstance(values, TensorBox) or product(values.get_size()) != 1:
+        return None
+    if len({x.get_device(), mask.get_device(), values.get_device()}) != 1:
+        return None
+    trailing = [sympy.Integer(1)] * (len(size) - len(covered))
+    load_mask = broadcast_loader(view(mask, [*covered, *trailing]), size)
+    load_value = converting_loader(view(values, []), size, x.get_dtype())
+    load_x = x.make_loader()
+
+    def inner_fn(index):
+        return ops.where(load_mask(index), load_value(index), load_x(index))
+
+    origins = frozenset({"index_put"})
+    return TensorBox(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins))
 
 
 class MixedDeviceError(RuntimeError):
@@ -1725,6 +1754,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
+        self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
 
@@ -1757,6 +1787,25 @@ class GraphLowering(torch.fx.Interpreter):
             value = as_expr(value)  # a size symbol, bound by the wrapper at run time
         self.graph_inputs[name] = value
         return value
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.numel() == 1 and value.dtype in SUPPORTED_DTYPES:
+            # a number traced as a tensor (the 0 of x[mask] = 0): a constant body; a
+            # 0-dim CPU constant is a scalar to eager, so it lives on the graph's device
+            device = self.device if value.dim() == 0 and self.device else value.device
+            with unset_fake_temporarily():  # we compile inside Dynamo's fake mode
+                number = value.item()
+            return _constant_box(number, value.shape, value.dtype, device)
+        # a real tensor: one more input, which the compiled graph passes itself
+        name = self.current_node.name
+        self.constants[name] = value
+        self.graph_input_names.append(name)
+        box = TensorBox(InputBuffer(name, FixedLayout.from_tensor(value)))
+        self.graph_inputs[name] = box
+        return box
 
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:

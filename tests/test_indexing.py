@@ -422,3 +422,57 @@ def test_indirect_loads_inside_reductions(device, debug, monkeypatch):
     y, i = torch.randn(10, device=device), torch.randint(-10, 10, (3,), device=device)
     kernels, _ = run(lambda x, y, i: x.sum(1) + y[i], x, y, i, atol=1e-3)  # epilogue
     assert kernels == ["triton_red_fused_add_index_sum_0"]
+
+
+# --- writing through a boolean mask, and tensors the graph holds ----------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_assignment_of_one_value_is_a_pointwise_where(device):
+    def fill(x):
+        y = x.clone()
+        y[x > 0] = 0
+        return y * 2
+
+    kernels, fallbacks = run(fill, torch.randn(7, 5, device=device))
+    assert (len(kernels), fallbacks) == (1, [])
+
+    def fill_rows(x, mask):  # a 2-d mask over a 3-d tensor: whole rows of x
+        y = x.clone()
+        y[mask] = -1.5
+        return y
+
+    x = torch.randn(4, 3, 5, device=device).transpose(1, 2)
+    kernels, fallbacks = run(fill_rows, x, torch.rand(4, 5, device=device) > 0.5)
+    assert fallbacks == []
+
+    def fill_ints(x):
+        y = x.clone()
+        y[x % 3 == 0] = 7
+        return y
+
+    assert run(fill_ints, torch.arange(-6, 9, device=device))[1] == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_assignment_of_many_values_falls_back(device):
+    def fill(x, v):
+        y = x.clone()
+        y[x > 0] = v  # one value per True: the k-th True takes v[k]
+        return y
+
+    x = torch.tensor([1.0, -1.0, 2.0, -2.0], device=device)
+    kernels, fallbacks = run(fill, x, torch.tensor([10.0, 20.0], device=device))
+    assert fallbacks == ["aten.index_put.default"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_tensor_constant_in_the_graph_is_passed_as_an_input(device):
+    def f(x):  # the tensor is made while tracing, and held by the graph
+        return x * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device) + 1
+
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        kernels, fallbacks = run(f, torch.randn(3, 4, device=device))
+    assert (len(kernels), fallbacks) == (1, [])
+    assert [c.tolist() for c in graphs[-1].constants] == [[1.0, 2.0, 3.0, 4.0]]
