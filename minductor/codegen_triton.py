@@ -537,6 +537,9 @@ class GeneratedKernel:
     meta: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
     rnumel: int | sympy.Expr = 1
     size_args: tuple[str, ...] = ()  # size symbols passed after the buffers
+    # a persistent kernel over rows of symbolic length: its blocks are sized at each
+    # launch, from that call's row length ("inner" or "outer" reduction), else None
+    per_call_blocks: str | None = None
 
 
 def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
@@ -553,7 +556,11 @@ def generate_kernel(
     sizevars = sizevars or SizeVarAllocator()
     overrides = InterpreterOverrides if interpret else TritonOverrides
     kernel = TritonKernel(
-        node.loop.sizes, removed, overrides, node.rloop.sizes, is_persistent(node)
+        node.loop.sizes,
+        removed,
+        overrides,
+        node.rloop.sizes,
+        is_persistent(node, sizevars),
     )
     for member in node.snodes:
         # a pointwise node over the outputs alone runs after a looped kernel's loop
@@ -568,6 +575,9 @@ def generate_kernel(
         meta = reduction_config(
             numel, rnumel, kernel.kind, interpret, is_inner_reduction(node)
         )
+    per_call = None
+    if kernel.kind == "per" and not kernel.rnumel.is_Integer:
+        per_call = "inner" if is_inner_reduction(node) else "outer"
     int64 = kernel.index_dtype(sizevars) == "tl.int64"
     symbols = sorted(s.name for s in kernel.size_symbols)
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
@@ -587,6 +597,7 @@ def generate_kernel(
         tuple(meta.items()),
         _int_if_static(kernel.rnumel) if kernel.kind != "poi" else 1,
         tuple(symbols),
+        per_call,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -111,6 +112,15 @@ def _has_direct_launch(binary) -> bool:
 
 
 _launchers: dict[tuple, Launcher] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
+    """Blocks for a persistent kernel whose row length is known only now (chapter 8's
+    rule, applied to this call's sizes): RBLOCK holds the whole row."""
+    from minductor.codegen_triton import reduction_config
+
+    return reduction_config(numel, rnumel, "per", interpret_mode(), inner)
 
 
 def launch(

@@ -203,14 +203,21 @@ def is_inner_reduction(node: BaseSchedulerNode) -> bool:
     return True
 
 
-def is_persistent(node: BaseSchedulerNode) -> bool:
+def is_persistent(node: BaseSchedulerNode, sizevars=None) -> bool:
     """Does node's kernel hold whole rows in registers, with no loop over them?"""
     rnumel = node.group[2]
     if is_inner_reduction(node):
         limit = config.persistent_reduction_limit
     else:
         limit = config.outer_persistent_limit
-    return _SIZEVARS.statically_known_leq(rnumel, limit)
+    if _SIZEVARS.statically_known_leq(rnumel, limit):
+        return True
+    if sizevars is None or sizevars.size_hint(rnumel) > limit:
+        return False
+    try:
+        return sizevars.guard_leq(rnumel, limit)  # Dynamo recompiles longer rows
+    except NotImplementedError:  # no one to check the guard: loop instead
+        return False
 
 
 _SIZEVARS = SizeVarAllocator()
@@ -362,7 +369,8 @@ class Scheduler:
         size = len(a.snodes) + len(b.snodes)
         if size > config.max_fusion_size:
             return False, f"{size} nodes exceed max_fusion_size"
-        looped = not is_persistent(FusedSchedulerNode(a.snodes + b.snodes))
+        fused = FusedSchedulerNode(a.snodes + b.snodes)
+        looped = not is_persistent(fused, self.graph.sizevars)
         for first, second in ((a, b), (b, a)):
             written = {d.name: d for d in first.writes}
             late = {m.get_name() for m in first.snodes if _after_loop_value(m)}
@@ -406,7 +414,7 @@ class Scheduler:
             if (
                 pointwise.group[2] != 1
                 or rnumel == 1
-                or not is_persistent(reduction)
+                or not is_persistent(reduction, self.graph.sizevars)
             ):
                 continue
             if pointwise.group[1] != numel * rnumel:

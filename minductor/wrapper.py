@@ -57,11 +57,15 @@ class KernelCallLine:
     kernel: GeneratedKernel
 
     def codegen(self) -> str:
-        args = ", ".join(self.kernel.call_args + self.kernel.size_args)
-        meta = ", ".join(f"{k}={v}" for k, v in self.kernel.meta)
-        if "RBLOCK" in dict(self.kernel.meta):  # a reduction: its size goes too
-            meta = f"rnumel={pexpr(self.kernel.rnumel)}, {meta}"
-        numel = pexpr(self.kernel.numel)
+        k = self.kernel
+        args = ", ".join(k.call_args + k.size_args)
+        numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
+        meta = ", ".join(f"{key}={value}" for key, value in k.meta)
+        if k.per_call_blocks:  # rows of symbolic length: blocks sized per call
+            inner = k.per_call_blocks == "inner"
+            meta = f"**persistent_blocks({numel}, {rnumel}, inner={inner})"
+        if "RBLOCK" in dict(k.meta):  # a reduction: its size goes too
+            meta = f"rnumel={rnumel}, {meta}"
         return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
 
     def uses(self) -> tuple[str, ...]:
@@ -334,7 +338,8 @@ class WrapperCodeGen:
             "",
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
-            "    assert_size_stride, benchmark, empty_strided, launch, rand_strided",
+            "    assert_size_stride, benchmark, empty_strided, launch,",
+            "    persistent_blocks, rand_strided,",
             ")",
             "",
             "aten = torch.ops.aten",

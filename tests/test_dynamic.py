@@ -155,9 +155,9 @@ def test_kernel_takes_the_size_symbol_and_the_wrapper_computes_it(device):
     (rows,) = re.findall(r"empty_strided\(\((s\d+),\)", call)
     assert re.search(rf"^    {rows} = arg\d+_1$", call, re.M)
     assert rows in params
-    # a looped reduction: a persistent block sized from one call would not fit a
-    # longer row of the next
-    assert "for roffset in range(0, rnumel, RBLOCK)" in graph.source
+    # a persistent reduction whose blocks the wrapper sizes at each launch
+    assert "for roffset" not in graph.source
+    assert "**persistent_blocks(" in call
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -198,6 +198,21 @@ def test_static_shapes_stay_specialised(device):
         assert "for roffset" not in graph.source  # 64 fits one persistent block
         assert f"launch(triton_per_fused_sum_0, {n}," in graph.source
         assert "rmask = tl.full([1, RBLOCK], True, tl.int1)" in graph.source
+
+
+def test_a_row_too_long_for_the_persistent_kernel_compiles_again():
+    fn = lambda x: torch.softmax(x, -1)  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    with record_compiled() as graphs:
+        for rows, cols in ((3, 5), (4, 9), (3, 17), (2, 5000)):
+            x = torch.randn(rows, cols)
+            torch.testing.assert_close(compiled(x), fn(x))
+    # the first graph guards `row <= 4096`; the 5000-long row breaks the guard, and
+    # the second graph loops over its rows
+    assert len(graphs) == 2
+    assert "for roffset" not in graphs[0].source
+    assert "for roffset in range(0, rnumel, RBLOCK)" in graphs[1].source
 
 
 def test_an_op_that_needs_static_sizes_falls_back_alone(caplog):
