@@ -110,7 +110,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, shape_env) -> Callable:
 def compile_backward(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> Callable:
-    return _eager(gm, "backward graphs are not lowered yet")
+    # a backward graph is an ATen graph like any other: the saved tensors and the
+    # incoming gradients are its inputs, the gradients its outputs
+    return compile_fx(gm, example_inputs)
 
 
 def minductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:

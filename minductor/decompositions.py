@@ -260,6 +260,18 @@ _BORROWED = [
     aten.gelu_backward,
     aten.hardtanh_backward,
     aten.leaky_relu_backward,
+    # gradients of views, gathers and losses: zeros with a slice, a diagonal, rows
+    # or targets written in (slice_scatter, index_put with accumulate, scatter)
+    aten.slice_backward,
+    aten.select_backward,
+    aten.diagonal_backward,
+    aten.unfold_backward,
+    aten.embedding_dense_backward,
+    aten._unsafe_masked_index_put_accumulate,  # what embedding's backward becomes
+    aten._unsafe_index_put,
+    aten.masked_fill,  # a where
+    aten.index_add,  # index_select's backward: an accumulating index_put
+    aten.nll_loss_backward,
 ]
 
 

@@ -579,7 +579,7 @@ def t(x):
     return transpose(x, 0, 1) if len(x.get_size()) == 2 else alias(x)
 
 
-@register_lowering(aten.alias)
+@register_lowering(aten.alias, aten.detach)  # detach: autograd's concern, not ours
 def alias(x):
     return make_view(x, x.get_size(), lambda index: list(index))
 
@@ -1159,6 +1159,30 @@ def select_scatter(x, src, dim, index):
     def inner_fn(i):
         hit = ops.eq(_index_value(i[d]), ops.constant(index, torch.int64))
         return ops.where(hit, load_src(list(i[:d]) + list(i[d + 1 :])), load_x(i))
+
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    return TensorBox(box)
+
+
+@register_lowering(aten.diagonal_scatter)
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    """x with its diagonal replaced by src (diagonal's gradient writes one this way)."""
+    size = x.get_size()
+    d1, d2 = _dim(dim1, len(size)), _dim(dim2, len(size))
+    length = src.get_size()[-1]
+    if length == 0:  # the offset is past the edge: an empty diagonal, nothing written
+        return clone(x)
+    load_x = x.make_loader()
+    load_src = converting_loader(src, src.get_size(), x.get_dtype())
+
+    def inner_fn(i):
+        # element (a, a + offset) is the diagonal's a-th: a is i[d1], or i[d2] below
+        # the main diagonal; off the diagonal, a clamped position keeps src's read inside
+        along = i[d1] if offset >= 0 else i[d2]
+        rest = [v for k, v in enumerate(i) if k not in (d1, d2)]
+        on = ops.eq(_index_value(i[d2] - i[d1]), ops.constant(offset, torch.int64))
+        value = load_src([*rest, sympy.Min(along, sympy.Max(length - 1, 0))])
+        return ops.where(on, value, load_x(i))
 
     box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
     return TensorBox(box)

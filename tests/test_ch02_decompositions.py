@@ -278,8 +278,8 @@ def test_table_has_ours_and_the_borrowed_ones():
     table = decomposition_table()
     for op, fn in decompositions.items():
         assert table[op] is fn
-    for packet in _BORROWED:
-        assert packet.default in table, packet
+    for packet in _BORROWED:  # some have no .default (masked_fill.Scalar, .Tensor)
+        assert any(op.overloadpacket is packet for op in table), packet
     assert aten.sin.default not in table  # nothing beyond what we asked for
 
 

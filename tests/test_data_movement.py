@@ -236,3 +236,14 @@ def test_padding_never_reads_outside_its_input():
     # the load's index is clamped into [0, 4]: a Min/Max printed for Triton
     load = next(line for line in graph.source.splitlines() if "tl.load" in line)
     assert ">=" in load and "4" in load, load
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("offset", [0, 1, -2, 5])
+def test_diagonal_scatter(device, offset):
+    x = torch.randn(4, 5, 3, device=device)
+    src = torch.randn_like(torch.diagonal(x, offset, 0, 1))
+    kernels, fallbacks = run(lambda x, s: torch.diagonal_scatter(x, s, offset), x, src)
+    assert fallbacks == []
+    src2 = torch.randn_like(torch.diagonal(x, offset, 2, 0))
+    run(lambda x, s: torch.diagonal_scatter(x, s, offset, 2, 0), x, src2)

@@ -248,7 +248,7 @@ def test_deep_chain_is_realized_not_exploded(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_training_forward_compiled_backward_eager(device):
+def test_training_forward_and_backward_compiled(device):
     x = rand(7, 9, device=device).requires_grad_()
     bias = rand(9, device=device).requires_grad_()
 
@@ -264,7 +264,8 @@ def test_training_forward_compiled_backward_eager(device):
     f(x, bias).backward()
     torch.testing.assert_close(grads[0], x.grad)
     torch.testing.assert_close(grads[1], bias.grad)
-    assert len(graphs) == 1  # the forward; the backward runs with ATen for now
+    assert len(graphs) == 2  # the forward and the backward
+    assert graphs[1].fallbacks == []
 
 
 @pytest.mark.cuda
