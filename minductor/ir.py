@@ -10,8 +10,7 @@ import torch
 
 from minductor.ops import CountingHandler, body_to_str, ops, set_handler
 from minductor.sizevars import (
-    FloorDiv,
-    ModularIndexing,
+    SizeVarAllocator,
     affine_coefficients,
     contiguous_strides,
     flat_index,
@@ -34,35 +33,9 @@ def _ints(exprs: Sequence[sympy.Expr]) -> str:
 def as_expr(s: int | torch.SymInt | sympy.Expr) -> sympy.Expr:
     """One size as a sympy expression: a Python int, or a SymInt's own expression."""
     if isinstance(s, torch.SymInt):  # dynamic shapes: Dynamo's symbol, e.g. s77
-        return _from_dynamo(sympy.sympify(s.node.expr))
+        # in our sympy functions (chapter 4): (s77 + 1)//2 is our FloorDiv(s77 + 1, 2)
+        return SizeVarAllocator.from_dynamo(sympy.sympify(s.node.expr))
     return sympy.Integer(s) if isinstance(s, int) else s
-
-
-# Dynamo writes sizes with its own sympy functions; these mean what ours (or sympy's) do
-_DYNAMO_FUNCTIONS = {
-    "FloorDiv": FloorDiv,
-    "CleanDiv": FloorDiv,  # a FloorDiv known to be exact
-    "ModularIndexing": ModularIndexing,
-    "PythonMod": sympy.Mod,
-    "Mod": sympy.Mod,
-    "Min": sympy.Min,
-    "Max": sympy.Max,
-    "PowByNatural": sympy.Pow,
-}
-
-
-def _from_dynamo(expr: sympy.Expr) -> sympy.Expr:
-    """Dynamo's size expression rebuilt from our functions, so that (s77 + 1)//2
-    from a fake tensor and our own FloorDiv(s77 + 1, 2) are the same expression."""
-    if not expr.args:  # a symbol or a number
-        return expr
-    args = [_from_dynamo(a) for a in expr.args]
-    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)):
-        return expr.func(*args)
-    func = _DYNAMO_FUNCTIONS.get(type(expr).__name__)
-    if func is None:  # e.g. a float cast: a lowering cannot use it as a size
-        raise TypeError(f"size expression {expr} uses {type(expr).__name__}")
-    return func(*args)
 
 
 def as_exprs(sizes: Sequence[int | sympy.Expr]) -> tuple[sympy.Expr, ...]:

@@ -149,12 +149,17 @@ def _device(args: Sequence[Any]) -> torch.device:
     return devices.pop()
 
 
+def _scalar(value: Any, dtype: torch.dtype) -> Any:
+    """A number, or a size such as s0, as a value in the body."""
+    if isinstance(value, sympy.Expr) and not value.is_number:
+        return ops.index_expr(value, dtype)
+    return ops.constant(value, dtype)
+
+
 def converting_loader(arg: Any, shape, dtype: torch.dtype) -> Callable:
-    """Load `arg` (a TensorBox or a Python number) broadcast to `shape`, as `dtype`."""
-    if isinstance(arg, sympy.Expr) and not arg.is_number:  # a size, e.g. s0
-        return lambda index: ops.index_expr(arg, dtype)
+    """Load `arg` (a TensorBox, a number or a size) broadcast to `shape`, as `dtype`."""
     if not isinstance(arg, TensorBox):
-        return lambda index: ops.constant(arg, dtype)
+        return lambda index: _scalar(arg, dtype)
     loader = broadcast_loader(arg, shape)
     if arg.get_dtype() == dtype:
         return loader
@@ -994,13 +999,6 @@ def _numbers(*values: Any) -> bool:
     return all([is_int(v) for v in values])
 
 
-def _scalar(value: Any, dtype: torch.dtype) -> Any:
-    """A bound as a value in the body: a constant, or a size computed in the kernel."""
-    if isinstance(value, sympy.Expr) and not value.is_number:
-        return ops.index_expr(value, dtype)
-    return ops.constant(value, dtype)
-
-
 def _float_compute(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -1084,8 +1082,8 @@ def _within(expr: sympy.Expr, lo: Any, hi: Any) -> Any:
     """lo <= expr < hi, as a boolean value (the bounds may be symbolic sizes)."""
     value = _index_value(expr)
     return ops.logical_and(
-        ops.ge(value, _index_value(sympy.sympify(lo))),
-        ops.lt(value, _index_value(sympy.sympify(hi))),
+        ops.ge(value, _scalar(lo, torch.int64)),
+        ops.lt(value, _scalar(hi, torch.int64)),
     )
 
 
@@ -1396,12 +1394,8 @@ def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:
     correction = 1 if correction is None else correction
     denominator = sympy.Max(0, count - sympy.nsimplify(correction))
 
-    def finish(m):
-        if denominator.is_number:
-            divisor = ops.constant(float(denominator), acc)
-        else:  # a symbolic count, max(0, s0 - 1): computed in the kernel
-            divisor = ops.index_expr(denominator, acc)
-        var = ops.truediv(m, divisor)
+    def finish(m):  # a symbolic count, max(0, s0 - 1), is computed in the kernel
+        var = ops.truediv(m, _scalar(denominator, acc))
         return ops.sqrt(var) if root else var
 
     return pointwise(finish, [m2], dtypes=(acc, x.get_dtype()))

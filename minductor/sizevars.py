@@ -348,6 +348,31 @@ class SizeVarAllocator:
         sizevars.shape_env = shape_env
         return sizevars
 
+    # Dynamo's sympy functions, by name, and the ones of ours (or sympy's) they mean
+    DYNAMO_FUNCTIONS = {
+        "FloorDiv": FloorDiv,
+        "CleanDiv": FloorDiv,  # a FloorDiv known to be exact
+        "ModularIndexing": ModularIndexing,
+        "PythonMod": sympy.Mod,
+        "Mod": sympy.Mod,
+        "Min": sympy.Min,
+        "Max": sympy.Max,
+        "PowByNatural": sympy.Pow,
+    }
+
+    @staticmethod
+    def from_dynamo(expr: sympy.Expr) -> sympy.Expr:
+        """A size expression of Dynamo's, rebuilt from our functions."""
+        if not expr.args:  # a symbol or a number
+            return expr
+        args = [SizeVarAllocator.from_dynamo(a) for a in expr.args]
+        if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)):
+            return expr.func(*args)
+        func = SizeVarAllocator.DYNAMO_FUNCTIONS.get(type(expr).__name__)
+        if func is None:  # e.g. a float cast: a lowering cannot use it as a size
+            raise TypeError(f"size expression {expr} uses {type(expr).__name__}")
+        return func(*args)
+
     def _guard_in_dynamo(self, relation) -> None:
         """Hand a guard to Dynamo, in its own sympy functions; refuse if it cannot."""
         from torch.utils._sympy import functions as dynamo
