@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import math
@@ -531,6 +532,112 @@ def svg(run: Run, width: int = 760) -> str:
     return "\n".join(out) + "\n"
 
 
+class Block(torch.nn.Module):
+    def __init__(self, C: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+        self.qkv, self.proj = torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C)
+        self.fc, self.out = torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        H = self.heads
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab: int, T: int, C: int, heads: int):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, C)
+        self.positions = torch.nn.Embedding(T, C)
+        self.block, self.ln = Block(C, heads), torch.nn.LayerNorm(C)
+        self.head = torch.nn.Linear(C, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.tokens(idx) + self.positions(torch.arange(T, device=idx.device))
+        logits = self.head(self.ln(self.block(x)))
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    shape: str  # "B=8 T=1024 C=1024 bf16"
+    step_ms: dict[str, float]
+    peak_mb: dict[str, float]
+    loss: dict[str, float]
+
+
+def training_step(model, optimizer, idx, targets):
+    loss = model(idx, targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def measure_training(
+    B=8, T=1024, C=1024, heads=16, vocab=8192, dtype=torch.bfloat16, steps=20
+) -> TrainingResult:
+    torch.manual_seed(0)
+    reference = GPT(vocab, T, C, heads).to("cuda", dtype)
+    idx = torch.randint(vocab, (B, T), device="cuda")
+    targets = torch.randint(vocab, (B, T), device="cuda")
+    step_ms, peak_mb, losses = {}, {}, {}
+    for backend in BACKENDS:
+        torch._dynamo.reset()
+        model = copy.deepcopy(reference)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        compiled = model if backend == "eager" else torch.compile(model, backend=backend)
+        losses[backend] = training_step(compiled, optimizer, idx, targets).item()
+        for _ in range(3):  # warm: compiled, optimizer state allocated
+            training_step(compiled, optimizer, idx, targets)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        training_step(compiled, optimizer, idx, targets)
+        torch.cuda.synchronize()
+        peak_mb[backend] = (torch.cuda.max_memory_allocated() - before) / 2**20
+        times = []
+        for _ in range(steps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            training_step(compiled, optimizer, idx, targets)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        step_ms[backend] = statistics.median(times)
+        del model, optimizer, compiled
+        torch.cuda.empty_cache()
+    for backend in ("minductor", "inductor"):
+        if abs(losses[backend] - losses["eager"]) > 0.02 * abs(losses["eager"]):
+            raise AssertionError(f"first loss of {backend}: {losses}")
+    shape = f"B={B} T={T} C={C} {str(dtype).removeprefix('torch.')}"
+    return TrainingResult(shape, step_ms, peak_mb, losses)
+
+
+def training_markdown(result: TrainingResult) -> str:
+    rows = [
+        f"Training step, {result.shape} (forward + backward + AdamW):",
+        "",
+        "| backend | step time | vs Inductor | peak memory | vs eager |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for b in BACKENDS:
+        ms, mb = result.step_ms[b], result.peak_mb[b]
+        rows.append(
+            f"| {LABELS[b]} | {ms:.2f} ms | {result.step_ms['inductor'] / ms:.2f}x "
+            f"| {mb:.0f} MiB | {mb / result.peak_mb['eager']:.2f}x |"
+        )
+    return "\n".join(rows)
+
+
 NO_CUDA = (
     "minductor.bench measures on a CUDA GPU and found none "
     "(torch.cuda.is_available() is False). Without a GPU, only "
@@ -556,6 +663,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--dynamic",
         action="store_true",
         help="compile with dynamic=True: sizes as symbols (both compilers)",
+    )
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="time one training step of a GPT block instead of the workloads",
     )
     parser.add_argument(
         "--no-cold",
@@ -594,6 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(NO_CUDA, file=sys.stderr)
         return 1
+    if args.train:
+        result = measure_training()
+        print(training_markdown(result))
+        if args.json:
+            write(args.json, json.dumps(asdict(result), indent=1))
+        return 0
     workloads = select(args.only)
     if not workloads:
         print(f"no workload name contains any of {args.only}", file=sys.stderr)

@@ -121,6 +121,7 @@ def minductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Ca
         bw_compiler=compile_backward,
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph
     )
     return backend(gm, example_inputs)
 

@@ -250,6 +250,102 @@ def logsumexp(x, dim, keepdim=False):
     return (torch.log(total) + finite_max(keepdim)).to(x.dtype)
 
 
+@register_decomposition(aten.nll_loss_backward.default)
+def nll_loss_backward(
+    grad, x, target, weight, reduction, ignore_index, total_weight
+):
+    if weight is not None:
+        from torch._decomp import decomposition_table as torch_decompositions
+
+        general = torch_decompositions[aten.nll_loss_backward.default]
+        return general(grad, x, target, weight, reduction, ignore_index, total_weight)
+    channel = x.dim() - 1  # (C,) or (N, C)
+    if reduction == 1:  # mean
+        grad = grad / total_weight
+    target = target.unsqueeze(channel)
+    if grad.dim() > 0:
+        grad = grad.unsqueeze(channel)
+    classes = torch.arange(x.shape[channel], device=x.device)
+    hit = (classes == target) & (target != ignore_index)
+    return torch.where(hit, -grad, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _generator(generator) -> dict:
+    return {} if generator is None else {"generator": generator}
+
+
+def _uniform(x, generator=None):
+    """float32 numbers in [0, 1), one per element of x (chapter 6 lowers rand)."""
+    return torch.rand(
+        x.shape, dtype=torch.float32, device=x.device, **_generator(generator)
+    )
+
+
+@register_decomposition(aten.native_dropout.default)
+def native_dropout(x, p, train):
+    if not train or p == 0:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    if p == 1:  # everything dropped; 1 / (1 - p) would divide by zero
+        return torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
+    keep = _uniform(x) > p
+    return keep * x * (1.0 / (1.0 - p)), keep
+
+
+@register_decomposition(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    g = _upcast(grad_output)  # a half gradient is rounded once, as in eager
+    return (g * (mask.to(g.dtype) * scale)).to(grad_output.dtype)
+
+
+@register_decomposition(aten.bernoulli.default)
+def bernoulli(x, *, generator=None):
+    return bernoulli_p(x, x, generator=generator)  # x holds the probabilities
+
+
+@register_decomposition(aten.bernoulli.p, aten.bernoulli.Tensor)
+def bernoulli_p(x, p=0.5, *, generator=None):
+    return (_uniform(x, generator) < p).to(x.dtype)
+
+
+def _random_like(draw, x, generator, dtype, device, memory_format):
+    options = {"dtype": dtype or x.dtype, "device": device or x.device}
+    options.update(_generator(generator))
+    order = _memory_order(x)
+    keep_strides = memory_format in (None, torch.preserve_format)
+    if not keep_strides or x.is_contiguous() or order is None:
+        return draw(x.shape, **options)
+    drawn = draw([x.shape[d] for d in order], **options)  # in x's memory order
+    return drawn.permute([order.index(d) for d in range(x.dim())])
+
+
+@register_decomposition(aten.rand_like.default, aten.rand_like.generator)
+def rand_like(
+    x,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _random_like(torch.rand, x, generator, dtype, device, memory_format)
+
+
+@register_decomposition(aten.randn_like.default, aten.randn_like.generator)
+def randn_like(
+    x,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _random_like(torch.randn, x, generator, dtype, device, memory_format)
+
+
 _BORROWED = [
     aten.elu,
     aten.mish,

@@ -15,6 +15,7 @@ from minductor.sizevars import (
     contiguous_strides,
     flat_index,
     index_vars,
+    join_dimensions,
     product,
 )
 
@@ -158,6 +159,7 @@ class Reduction(Loops):
     src_dtype: torch.dtype
     origins: frozenset[str] = frozenset()
     output_index: int = 0  # which result of a several-result reduction (Welford)
+    reduction_hint: str = "inner"  # or "outer": it reduces rows (chapter 6)
 
     def make_loader(self) -> InnerFn:
         raise AssertionError("a Reduction is realized before anything reads it")
@@ -290,6 +292,16 @@ class MultiOutput(Buffer):
         return f"{self.name}: MultiOutput({source}, {self.layout!r})"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class ExternKernelOut(FallbackKernel):
+    kernel: str = ""  # what the wrapper calls, with out=: "extern_kernels.mm"
+
+    def __repr__(self) -> str:
+        ins = ", ".join(b.name for b in self.input_buffers())
+        call = f"{self.kernel}({ins})"
+        return f"{self.name}: ExternKernelOut({call}, {self.layout!r})"
+
+
 @dataclass(frozen=True, eq=False)
 class ReinterpretView(LaidOut):
     """A buffer's memory read through another layout: a transpose, a slice, an expand."""
@@ -310,7 +322,8 @@ class ReinterpretView(LaidOut):
         variables = index_vars(len(size))
         lay = self.layout
         position = flat_index(reindex(variables), lay.stride, lay.offset)
-        affine = affine_coefficients(sympy.expand(position), variables)
+        position = join_dimensions(sympy.expand(position))  # 5*(i//5) + i%5 is i
+        affine = affine_coefficients(position, variables)
         if affine is None:
             return None
         offset, stride = affine

@@ -37,6 +37,7 @@ from minductor.ir import (
     as_exprs,
     ConcatBuffer,
     ComputedBuffer,
+    ExternKernelOut,
     NonOwningLayout,
 )
 from minductor.ops import ops
@@ -386,6 +387,13 @@ def _where(cond: TensorBox, a: Any, b: Any, dtype: torch.dtype) -> TensorBox:
 
     device = _device([cond, a, b])
     return TensorBox(Pointwise(device, dtype, inner_fn, shape, _origins([cond, a, b])))
+
+
+# prims.fma(a, b, c) = a * b + c, which torch's decompositions of addcmul and addcdiv
+# (the optimizers' ops) emit; rounded twice here, once in eager's fused instruction
+@register_lowering(prims.fma)
+def fma(a, b, c):
+    return pointwise(lambda x, y, z: ops.add(ops.mul(x, y), z), [a, b, c])
 
 
 @register_lowering(aten.clamp)
@@ -1222,6 +1230,55 @@ def stack(graph, tensors, dim=0):
     return cat(graph, [unsqueeze(t, dim) for t in tensors], dim)
 
 
+def _seed_buffer(graph: Any, device: torch.device) -> Buffer:
+    """One int64, drawn by ATen from torch's generator on `device` at every call."""
+    layout = FixedLayout.contiguous(device, torch.int64, (1,))
+    args, kwargs = (0, 2**63 - 1, [1]), {"dtype": torch.int64, "device": device}
+    name = graph.new_buffer_name()
+    seed = FallbackKernel(name, layout, aten.randint.low, args, kwargs)
+    graph.register_buffer(seed)  # not graph.fallback: no op of the graph fell back
+    return seed
+
+
+def _random(graph, mode: str, size, dtype, device, generator) -> TensorBox:
+    if generator is not None:
+        raise Unsupported("an explicit torch.Generator: its state is outside the graph")
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point or dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"{mode} of {dtype}")
+    device = torch.device(device or "cpu")
+    load_seed = _seed_buffer(graph, device).make_loader()
+    ranges = as_exprs(size)
+    strides = contiguous_strides(ranges)
+    below_one = 1 - torch.finfo(dtype).eps / 2  # the largest value under 1
+
+    def inner_fn(index):
+        seed = load_seed([sympy.Integer(0)])
+        offset = ops.index_expr(flat_index(index, strides), torch.int64)
+        value = getattr(ops, mode)(seed, offset)
+        if dtype == torch.float32:
+            return value
+        value = ops.to_dtype(value, dtype)
+        if mode == "rand" and dtype in (torch.float16, torch.bfloat16):
+            value = ops.minimum(value, ops.constant(below_one, dtype))
+        return value
+
+    box = TensorBox(Pointwise(device, dtype, inner_fn, ranges))
+    graph.realize_intermediate(box)  # computed once, however many read it
+    return box
+
+
+# (layout and pin_memory change nothing a kernel does)
+@register_lowering(aten.rand.default, aten.rand.generator, graph=True)
+def rand(graph, size, *, generator=None, dtype=None, device=None, **ignored):
+    return _random(graph, "rand", size, dtype, device, generator)
+
+
+@register_lowering(aten.randn.default, aten.randn.generator, graph=True)
+def randn(graph, size, *, generator=None, dtype=None, device=None, **ignored):
+    return _random(graph, "randn", size, dtype, device, generator)
+
+
 def _reduced_dims(ndim: int, dims: Any) -> list[int]:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(ndim))
@@ -1256,6 +1313,7 @@ def make_reduction(
         )
     else:
         ranges = tuple(size[d] for d in kept)
+    outer = bool(kept) and max(reduced) < min(kept)  # reduces rows
     reduction_ranges = tuple(size[d] for d in reduced)
     if reduction_type not in ("sum", "prod") and 0 in reduction_ranges:
         raise Unsupported(f"{reduction_type} over zero elements")
@@ -1286,6 +1344,7 @@ def make_reduction(
             acc_dtype,
             _origins([x]),
             output_index,
+            "outer" if outer else "inner",
         )
     )
 
@@ -1336,6 +1395,60 @@ def _truth(reduction_type: str) -> Callable[..., TensorBox]:
 
 register_lowering(aten.any.default, aten.any.dim, aten.any.dims)(_truth("max"))
 register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
+
+
+SPLITTABLE = ("sum", "prod", "max", "min")
+
+
+def split_count(reduction: Reduction) -> int:
+    """Into how many pieces to cut each reduced row (1: reduce in one stage)."""
+    numel, rnumel = product(reduction.ranges), product(reduction.reduction_ranges)
+    static = isinstance(numel, sympy.Integer) and isinstance(rnumel, sympy.Integer)
+    if reduction.reduction_type not in SPLITTABLE or not static:
+        return 1
+    numel, rnumel = int(numel), int(rnumel)
+    if numel * rnumel < 2**18:
+        return 1
+    outer = reduction.reduction_hint == "outer"
+    programs = max(1, numel // 16) if outer else numel
+    splits = 1
+    while programs * splits < 1024 and rnumel % (2 * splits) == 0:
+        if rnumel // (2 * splits) < 256:
+            break
+        splits *= 2
+    return splits
+
+
+def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
+    """Replace box's reduction by a second stage over a realized first stage."""
+    red = box.data
+    splits = split_count(red)
+    if splits == 1:
+        return
+    rsizes = red.reduction_ranges
+    piece = product(rsizes) // splits
+    rstrides = contiguous_strides(rsizes)
+
+    def first_fn(index, rindex):
+        flat = index[0] * piece + rindex[0]  # the position in the whole reduced row
+        digits = [ModularIndexing(flat, s, n) for s, n in zip(rstrides, rsizes)]
+        return red.inner_fn(index[1:], digits)
+
+    first = dataclasses.replace(
+        red,
+        dtype=red.src_dtype,
+        inner_fn=first_fn,
+        ranges=(sympy.Integer(splits), *red.ranges),
+        reduction_ranges=(piece,),
+    )
+    load = TensorBox(first).realize(graph).make_loader()
+
+    def second_fn(index, rindex):
+        return load([rindex[0], *index])
+
+    box.data = dataclasses.replace(
+        red, inner_fn=second_fn, reduction_ranges=(sympy.Integer(splits),)
+    )
 
 
 def _arg_extremum(reduction_type: str) -> Callable[..., TensorBox]:
@@ -1737,6 +1850,114 @@ def _masked_fill(x: TensorBox, indices, values, accumulate: bool) -> TensorBox |
     return TensorBox(Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins))
 
 
+@register_lowering(aten.copy_, graph=True)
+def copy_(graph, dst, src, non_blocking=False):
+    if not (isinstance(dst, TensorBox) and isinstance(dst.data, InputBuffer)):
+        raise NotImplementedError("copy_ into a value that is not a graph input")
+    target = dst.data
+    if not isinstance(src, TensorBox) or src.get_device() != target.get_device():
+        raise Unsupported("copy_ from another device")
+    if target.get_dtype() not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {target.get_dtype()}")
+    size = target.get_size()
+    body = Scatter(
+        target.get_device(),
+        target.get_dtype(),
+        converting_loader(src, size, target.get_dtype()),
+        tuple(size),
+        _origins([src]) | {"copy_"},
+        target.layout.make_indexer(),
+    )
+    buf = MutationBuffer(graph.new_buffer_name(), target.layout, body, target)
+    graph.register_buffer(buf)
+    return TensorBox(buf)
+
+
+EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
+    aten.mm.default: "extern_kernels.mm",
+    aten.bmm.default: "extern_kernels.bmm",
+    aten.addmm.default: "extern_kernels.addmm",
+    aten.baddbmm.default: "extern_kernels.baddbmm",
+}
+
+
+def realize_input(graph: GraphLowering, x: TensorBox) -> Buffer:
+    """x in memory; a view of a computed value as a strided window on it, if it can be."""
+    viewed = x
+    while isinstance(viewed.data, GenericView):
+        viewed = viewed.data.box
+    viewed.realize(graph)
+    return x.realize(graph)
+
+
+def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
+    tensors = [a for a in args if isinstance(a, TensorBox)]
+    if not all(t.get_dtype().is_floating_point for t in tensors):
+        raise Unsupported("matmul of integers: no vendor kernel")
+    args = tuple(
+        realize_input(graph, a) if isinstance(a, TensorBox) else a for a in args
+    )
+    meta = graph.current_node.meta["val"]
+    layout = FixedLayout.from_tensor(meta)
+    buf = ExternKernelOut(
+        graph.new_buffer_name(), layout, op, args, kwargs, kernel=EXTERN_OUT[op]
+    )
+    graph.register_buffer(buf)
+    graph.extern_kernels.append(buf.kernel)
+    return TensorBox(buf)
+
+
+@register_lowering(aten.mm, aten.bmm, graph=True)
+def mm(graph, a, b):
+    return extern_out(graph, graph.current_node.target, (a, b), {})
+
+
+@register_lowering(aten.baddbmm, graph=True)
+def baddbmm(graph, bias, a, b, *, beta=1, alpha=1):
+    kwargs = {"beta": beta, "alpha": alpha}
+    return extern_out(graph, aten.baddbmm.default, (bias, a, b), kwargs)
+
+
+def _is_pointwise_use(node: torch.fx.Node) -> bool:
+    target = node.target
+    return (
+        isinstance(target, OpOverload)
+        and torch.Tag.pointwise in target.tags
+        and target in lowerings
+    )
+
+
+@register_lowering(aten.addmm, graph=True)
+def addmm(graph, bias, a, b, *, beta=1, alpha=1):
+    users = graph.current_node.users
+    if beta == 1 and alpha == 1 and users and all(map(_is_pointwise_use, users)):
+        return add(extern_out(graph, aten.mm.default, (a, b), {}), bias)
+    kwargs = {"beta": beta, "alpha": alpha}
+    return extern_out(graph, aten.addmm.default, (bias, a, b), kwargs)
+
+
+EXTERN_ALLOC = [
+    aten.convolution.default,
+    aten.convolution_backward.default,
+    *(
+        getattr(aten, f"_scaled_dot_product_{kind}{suffix}").default
+        for kind in ("flash_attention", "efficient_attention", "cudnn_attention",
+                     "flash_attention_for_cpu")
+        for suffix in ("", "_backward")
+        if hasattr(aten, f"_scaled_dot_product_{kind}{suffix}")
+    ),
+]
+
+
+def _extern_alloc(graph, *args, **kwargs):
+    target = graph.current_node.target
+    return graph.fallback(target, args, kwargs, reason="extern kernel", extern=True)
+
+
+for _op in EXTERN_ALLOC:
+    register_lowering(_op, graph=True)(_extern_alloc)
+
+
 class MixedDeviceError(RuntimeError):
     pass
 
@@ -1772,6 +1993,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
+        self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
@@ -1860,10 +2082,13 @@ class GraphLowering(torch.fx.Interpreter):
         return results
 
 
-    def fallback(self, target, args, kwargs, reason: str) -> Any:
+    def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)
-        log.debug("fallback: %s (%s)", op_name, reason)
-        self.fallbacks.append(op_name)
+        if extern:  # planned, not a failure to lower
+            self.extern_kernels.append(op_name)
+        else:
+            log.debug("fallback: %s (%s)", op_name, reason)
+            self.fallbacks.append(op_name)
 
         def realize(a: Any) -> Any:
             if isinstance(a, TensorBox):
@@ -1886,17 +2111,17 @@ class GraphLowering(torch.fx.Interpreter):
             self.register_buffer(buf)
             return TensorBox(buf)
         if isinstance(meta, (list, tuple)) and all(
-            isinstance(m, torch.Tensor) or m is None for m in meta
+            isinstance(m, (torch.Tensor, int, torch.SymInt)) or m is None for m in meta
         ):
-            device = next(m.device for m in meta if m is not None)
+            device = next(m.device for m in meta if isinstance(m, torch.Tensor))
             parent = FallbackKernel(
                 self.new_buffer_name(), MultiOutputLayout(device), target, args, kwargs
             )
             self.register_buffer(parent)
             outputs = []
             for k, m in enumerate(meta):
-                if m is None:
-                    outputs.append(None)
+                if not isinstance(m, torch.Tensor):  # None, or a size the op reports
+                    outputs.append(None if m is None else as_expr(m))
                     continue
                 out = MultiOutput(
                     self.new_buffer_name(), FixedLayout.from_tensor(m), parent, k
@@ -1920,6 +2145,7 @@ class GraphLowering(torch.fx.Interpreter):
             self._check_against_meta(n, box, metas[k] if several else metas)
             self._add_origin(box)
             if isinstance(box.data, Reduction):
+                split_reduction(self, box)  # few long rows: two stages
                 box.realize(self)  # nothing can read a reduction element-wise
             elif isinstance(box.data, Pointwise):
                 self._maybe_realize(n, box)

@@ -98,6 +98,11 @@ class OpsHandler(Protocol):
 
     def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None: ...
 
+    # a float32 that depends on two integers alone: uniform in [0, 1), or normal
+    def rand(self, seed: Any, offset: Any) -> Any: ...
+
+    def randn(self, seed: Any, offset: Any) -> Any: ...
+
     # ...and one method per entry of MATH_OPS
 
 
@@ -182,10 +187,49 @@ class EvalHandler:
             "EvalHandler runs one element: reductions need a kernel"
         )
 
+    def rand(self, seed, offset):  # the Philox of "Random numbers", below
+        return philox_rand(int(seed), int(offset))
+
+    def randn(self, seed, offset):
+        return philox_randn(int(seed), int(offset))
+
     def __getattr__(self, name):
         if name not in MATH_OPS:
             raise AttributeError(name)
         return MATH_OPS[name][1]
+
+
+PHILOX_ROUNDS = 10
+_LOW = 0xFFFFFFFF  # the low 32 bits
+
+
+def philox(seed: int, offset: int) -> tuple[int, int, int, int]:
+    """Philox4x32-10: four random 32-bit words from counter `offset` and key `seed`."""
+    c0, c1, c2, c3 = offset & _LOW, (offset >> 32) & _LOW, 0, 0
+    k0, k1 = seed & _LOW, (seed >> 32) & _LOW
+    for _ in range(PHILOX_ROUNDS):
+        a, b = 0xD2511F53 * c0, 0xCD9E8D57 * c2  # exact 64-bit products
+        c0, c1, c2, c3 = (b >> 32) ^ c1 ^ k0, b & _LOW, (a >> 32) ^ c3 ^ k1, a & _LOW
+        k0, k1 = (k0 + 0x9E3779B9) & _LOW, (k1 + 0xBB67AE85) & _LOW
+    return c0, c1, c2, c3
+
+
+def _uniform(word: int) -> torch.Tensor:
+    x = word - (1 << 32) if word >> 31 else word  # the word as a signed int32
+    x = ~x if x < 0 else x  # folded onto [0, 2**31)
+    scale = torch.tensor(4.6566127342e-10, dtype=torch.float32)
+    return torch.tensor(x, dtype=torch.float32) * scale
+
+
+def philox_rand(seed: int, offset: int) -> torch.Tensor:
+    return _uniform(philox(seed, offset)[0])
+
+
+def philox_randn(seed: int, offset: int) -> torch.Tensor:
+    words = philox(seed, offset)
+    u1 = torch.clamp(_uniform(words[0]), min=1e-7)
+    u2 = _uniform(words[1])
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(6.283185307179586 * u2)
 
 
 class PrintHandler:

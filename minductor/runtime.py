@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 import time
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -152,6 +153,9 @@ def launch(
 
 
 empty_strided = torch.empty_strided
+extern_kernels = types.SimpleNamespace(
+    mm=torch.mm, bmm=torch.bmm, addmm=torch.addmm, baddbmm=torch.baddbmm
+)
 
 
 def assert_size_stride(t: torch.Tensor, size: tuple, stride: tuple) -> None:

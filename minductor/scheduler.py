@@ -16,6 +16,7 @@ from minductor.ir import (
     Buffer,
     ComputedBuffer,
     FallbackKernel,
+    InputBuffer,
     MultiOutput,
     MutationBuffer,
 )
@@ -49,7 +50,17 @@ class StarDep:
         return f"{self.name}[*]"
 
 
-Dep = MemoryDep | StarDep
+@dataclass(frozen=True)
+class WeakDep:
+    """Run after node `name`, without reading its memory (see "Mutations" below)."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"after {self.name}"
+
+
+Dep = MemoryDep | StarDep | WeakDep
 
 
 class RecordingHandler(NullHandler):
@@ -83,6 +94,10 @@ class BaseSchedulerNode:
         return frozenset(d.name for d in self.writes)
 
     def read_names(self) -> frozenset[str]:
+        return frozenset(d.name for d in self.reads if not isinstance(d, WeakDep))
+
+    def dep_names(self) -> frozenset[str]:
+        """What must run first: what the node reads, and the nodes it must follow."""
         return frozenset(d.name for d in self.reads)
 
     def is_extern(self) -> bool:
@@ -338,6 +353,11 @@ class Scheduler:
         self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.fusion_log: list[str] = []
         self.removed_buffers: set[str] = set()
+        self.nodes = order_mutations(self.nodes)
+        # a copy of a view looks its value up when its body runs, and may find it
+        # realized later, as a buffer: producers first, then number the nodes again
+        self.nodes = self._topological_sort(self.nodes)
+        self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.dead_code_elimination()
         self.fuse_nodes()
         self.removed_buffers |= self._buffers_internal_to_kernels()
@@ -352,9 +372,10 @@ class Scheduler:
         for node in (a, b):
             if node.is_extern():
                 return False, f"{node.get_name()} is an extern kernel"
-            if isinstance(node.snodes[0].node, MutationBuffer):
-                target = node.snodes[0].node.target.name
-                return False, f"{node.get_name()} scatters into {target} in place"
+            for m in node.snodes:
+                if isinstance(m.node, MutationBuffer) and not mutates_input(m):
+                    target = m.node.target.name
+                    return False, f"{m.get_name()} scatters into {target} in place"
         if a.group[0] != b.group[0]:
             return False, f"different devices: {a.group[0]} vs {b.group[0]}"
         aligned = self.align(a, b)
@@ -382,6 +403,8 @@ class Scheduler:
                         f"but a looped kernel has it only after its loop"
                     )
             for dep in second.reads:
+                if isinstance(dep, WeakDep):  # orders only: nothing is read
+                    continue
                 if dep.name in written and isinstance(dep, MemoryDep):
                     if is_indirect(dep.index):
                         return False, (
@@ -437,7 +460,7 @@ class Scheduler:
         ancestors: dict[str, set[str]] = {}
         for node in self.nodes:  # topological order
             found: set[str] = set()
-            for name in node.read_names():
+            for name in node.dep_names():
                 if name in producer and producer[name] is not node:
                     parent = producer[name].get_name()
                     found |= {parent} | ancestors[parent]
@@ -528,7 +551,7 @@ class Scheduler:
             if id(node) in done:
                 return
             done.add(id(node))
-            for name in sorted(node.read_names(), key=lambda n: self.order.get(n, -1)):
+            for name in sorted(node.dep_names(), key=lambda n: self.order.get(n, -1)):
                 if name in producer and producer[name] is not node:
                     visit(producer[name])
             result.append(node)
@@ -558,6 +581,7 @@ class Scheduler:
                 if isinstance(n, SchedulerNode)
                 and n.get_name() not in self.output_names
                 and not users.get(n.get_name())
+                and not mutates_input(n)  # the caller sees its effect
             ]
             if not dead:
                 return
@@ -574,8 +598,11 @@ class Scheduler:
         for k, node in enumerate(self.nodes):
             if node.is_extern():
                 continue
-            for name in node.get_names():
-                if name not in self.output_names and readers.get(name, {k}) == {k}:
+            for member in node.snodes:
+                name = member.get_name()
+                if mutates_input(member) or name in self.output_names:
+                    continue
+                if readers.get(name, {k}) == {k}:
                     internal.add(name)
         return internal
 
@@ -588,3 +615,57 @@ def _is_epilogue(node: BaseSchedulerNode, numel, rnumel) -> bool:
 
 def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:
     return node.snodes if not node.is_extern() else (node,)
+
+
+def mutates_input(node: BaseSchedulerNode) -> bool:
+    """Is node a copy into a graph input (a mutation AOTAutograd kept)?"""
+    buf = getattr(node, "node", None)
+    return isinstance(buf, MutationBuffer) and isinstance(buf.target, InputBuffer)
+
+
+def overwritten(node: BaseSchedulerNode) -> list[str]:
+    """The names of memory the node writes in place."""
+    buf = getattr(node, "node", None)
+    if isinstance(buf, MutationBuffer):
+        return [buf.target.name]
+    if isinstance(buf, FallbackKernel) and hasattr(buf.op, "_schema"):
+        names = []
+        for k, arg in enumerate(buf.op._schema.arguments):
+            value = buf.args[k] if k < len(buf.args) else buf.kwargs.get(arg.name)
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                names += [value.name] if isinstance(value, Buffer) else []
+        return names
+    return []
+
+
+def order_mutations(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
+    """Each node that writes in place, with a WeakDep on every other reader."""
+    readers: dict[str, set[str]] = {}  # name -> the nodes that read it
+    for node in nodes:
+        for read in node.read_names():
+            readers.setdefault(read, set()).add(node.get_name())
+    ordered = []
+    for node in nodes:
+        name = node.get_name()
+        follow = {r for t in overwritten(node) for r in readers.get(t, ()) if r != name}
+        if follow:
+            weak = frozenset(WeakDep(r) for r in follow)
+            node = dataclasses.replace(node, reads=node.reads | weak)
+        ordered.append(node)
+    return ordered
+
+
+@register_fusion_rule
+def reads_where_overwritten(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
+    for first, second in ((a, b), (b, a)):
+        for m in filter(mutates_input, first.snodes):
+            target, (write,) = m.node.target.name, m.writes
+            for member in second.snodes:
+                for dep in member.reads:
+                    same = isinstance(dep, MemoryDep) and dep.index == write.index
+                    if dep.name == target and not same:
+                        return (
+                            f"{member.get_name()} reads {dep}, which "
+                            f"{m.get_name()} overwrites at {write.index}"
+                        )
+    return None

@@ -13,6 +13,7 @@ from minductor.codegen_triton import GeneratedKernel, generate_kernel
 from minductor.ir import (
     Buffer,
     ConcatBuffer,
+    ExternKernelOut,
     FallbackKernel,
     FixedLayout,
     MultiOutput,
@@ -123,6 +124,23 @@ class ExternCallLine:
 
 
 @dataclass(frozen=True)
+class ExternKernelOutLine:
+    node: ExternKernelOut
+
+    def codegen(self) -> str:
+        n = self.node
+        args = [codegen_arg(a) for a in n.args]
+        args += [f"{k}={codegen_arg(v)}" for k, v in n.kwargs.items()]
+        return f"{n.kernel}({', '.join(args)}, out={n.name})"
+
+    def uses(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.node.input_buffers()) + (self.node.name,)
+
+    def defines(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
 class MultiOutputLine:
     node: MultiOutput
 
@@ -162,9 +180,13 @@ class ReinterpretLine:
 class ReuseLine:
     old: str
     new: str
+    layout: FixedLayout | None = None  # None: the old tensor as it is
 
     def codegen(self) -> str:
-        return f"{self.new} = {self.old}  # reuse"
+        if self.layout is None:
+            return f"{self.new} = {self.old}  # reuse"
+        size, stride = _tuple(self.layout.size), _tuple(self.layout.stride)
+        return f"{self.new} = {self.old}.as_strided({size}, {stride})  # reuse"
 
     def uses(self) -> tuple[str, ...]:
         return (self.old,)
@@ -206,6 +228,7 @@ Line = (
     AllocateLine
     | KernelCallLine
     | ExternCallLine
+    | ExternKernelOutLine
     | MultiOutputLine
     | ReinterpretLine
     | ConcatLine
@@ -232,6 +255,9 @@ class WrapperCodeGen:
                     self.lines.append(ReinterpretLine(node.node))
                 elif isinstance(node.node, ConcatBuffer):
                     self.lines.append(ConcatLine(node.node))
+                elif isinstance(node.node, ExternKernelOut):  # into planned memory
+                    self.lines += self.allocate(node.node.name, node.node.layout)
+                    self.lines.append(ExternKernelOutLine(node.node))
                 else:
                     self.lines.append(ExternCallLine(node.node))
                 continue
@@ -250,6 +276,7 @@ class WrapperCodeGen:
                     self.lines += self.allocate(buf, member.node.layout)
             self.lines.append(KernelCallLine(name, kernel))
         self.plan_frees()
+        self.plan_reuse()
 
     def allocate(self, name: str, layout: FixedLayout) -> list[Line]:
         """Memory for a kernel's output: its own, or a slice of its owner's (cat)."""
@@ -279,6 +306,102 @@ class WrapperCodeGen:
             if n not in seen and isinstance(self.graph.graph_inputs[n], TensorBox)
         )
         self.lines = ([FreeLine(unused)] if unused else []) + planned[::-1]
+
+
+    # lines that only name memory; a line of any other kind runs work
+    MEMORY_LINES = (
+        AllocateLine,
+        FreeLine,
+        ReuseLine,
+        ReinterpretLine,
+        MultiOutputLine,
+        ConcatLine,
+    )
+
+    @staticmethod
+    def reuse_key(layout: FixedLayout) -> tuple[Any, ...]:
+        """(device, dtype, elements in storage): what `empty_strided` allocates."""
+        elements = sympy.Integer(0)
+        if not any(s == 0 for s in layout.size):
+            last = sum((s - 1) * st for s, st in zip(layout.size, layout.stride))
+            elements = sympy.expand(1 + last)
+        return (layout.device, layout.dtype, elements)
+
+    @staticmethod
+    def may_alias(op: Any) -> bool:
+        """May this op return a view of an input? Its schema says; unknown ops may."""
+        if not isinstance(op, torch._ops.OpOverload):
+            return True
+        return any(ret.alias_info is not None for ret in op._schema.returns)
+
+    def alias_roots(self) -> dict[str, str]:
+        """Names that may share memory, grouped: name -> one name of its group."""
+        parent: dict[str, str] = {}
+
+        def root(name: str) -> str:
+            while parent.get(name, name) != name:
+                name = parent[name]
+            return name
+
+        def join(name: str, *others: str) -> None:
+            for other in others:
+                parent[root(other)] = root(name)
+
+        for line in self.lines:
+            if isinstance(line, ReinterpretLine):
+                join(line.node.name, line.node.base.name)
+            elif isinstance(line, ReuseLine):  # a scatter's result is its copy
+                join(line.new, line.old)
+            elif isinstance(line, ConcatLine):
+                join(line.node.name, *(p.name for p in line.node.pieces))
+            elif isinstance(line, MultiOutputLine):
+                join(line.node.name, line.node.parent.name)
+            elif isinstance(line, ExternCallLine) and self.may_alias(line.node.op):
+                join(line.node.name, *line.uses())
+        return {name: root(name) for name in parent}
+
+
+    def plan_reuse(self) -> None:
+        roots = self.alias_roots()
+
+        def group(name: str) -> str:
+            return roots.get(name, name)
+
+        outputs = self.graph.graph_outputs
+        returned = {group(b.name) for b in outputs if isinstance(b, Buffer)}
+        live: dict[str, set[str]] = {}  # group -> its names made and not yet freed
+        holders: dict[str, FixedLayout] = {}  # name -> its tensor's layout
+        pool: dict[tuple[Any, ...], list[tuple[str, FixedLayout, int]]] = {}
+        lines: list[Line] = []  # planned so far; pool entries point at FreeLines
+        for line in self.lines:
+            after: list[Line] = []
+            if isinstance(line, AllocateLine):
+                holders[line.name] = line.layout
+                dead = pool.get(self.reuse_key(line.layout))
+                if dead:  # the newest dead memory of this size: take it over
+                    old, layout, at = dead.pop()
+                    names = lines[at].names  # the FreeLine where `old` died
+                    lines[at] = FreeLine(tuple(n for n in names if n != old))
+                    view = None if layout == line.layout else line.layout
+                    line = ReuseLine(old, line.name, view)
+                    after = [FreeLine((old,))]
+            elif isinstance(line, ReuseLine) and line.old in holders:
+                holders[line.new] = holders.pop(line.old)
+            elif isinstance(line, FreeLine):
+                for name in line.names:
+                    live.get(group(name), set()).discard(name)
+                for name in line.names:
+                    layout = holders.pop(name, None)
+                    g = group(name)
+                    if layout is not None and not live.get(g) and g not in returned:
+                        key = self.reuse_key(layout)
+                        pool.setdefault(key, []).append((name, layout, len(lines)))
+            elif not isinstance(line, self.MEMORY_LINES):
+                pool.clear()  # it runs work: dead memory is freed, not held over it
+            for name in line.defines():
+                live.setdefault(group(name), set()).add(name)
+            lines += [line, *after]
+        self.lines = [line for line in lines if line != FreeLine(())]
 
 
     def bind_sizes(self) -> list[str]:
@@ -338,7 +461,7 @@ class WrapperCodeGen:
             "",
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
-            "    assert_size_stride, benchmark, empty_strided, launch,",
+            "    assert_size_stride, benchmark, empty_strided, extern_kernels, launch,",
             "    persistent_blocks, rand_strided,",
             ")",
             "",

@@ -63,6 +63,8 @@ def _stats(x, normalized_shape):
     return tuple(aten.native_layer_norm(x, normalized_shape, None, None, 1e-5)[1:])
 
 
+NLL_T = torch.tensor([2, -100, 0, 5])  # one ignored row
+
 # overload -> list of (args, kwargs) to call it with
 CASES = {
     aten.addcmul.default: [
@@ -100,6 +102,25 @@ CASES = {
         ((rand(4).int(), rand(4, seed=1).int()), {"alpha": 3}),
     ],
     aten.rsub.Scalar: [],  # see test_rsub_scalar_decomposes
+    # random: only the cases that draw nothing compare with eager; the rest are
+    # checked statistically in tests/test_random.py
+    aten.native_dropout.default: [
+        ((rand(4, 5), 0.0, True), {}),
+        ((rand(4, 5), 0.3, False), {}),
+        ((rand(4, 5), 1.0, True), {}),
+    ],
+    aten.native_dropout_backward.default: [
+        ((rand(4, 5), rand(4, 5, seed=1) > 0, 1 / 0.7), {}),
+        ((rand(4, 5).half(), rand(4, 5, seed=1) > 0, 1 / 0.7), {}),
+        ((rand(4, 5).double(), rand(4, 5, seed=1) > 0, 1 / 0.3), {}),
+    ],
+    aten.bernoulli.default: [],
+    aten.bernoulli.p: [],
+    aten.bernoulli.Tensor: [],
+    aten.rand_like.default: [],
+    aten.rand_like.generator: [],
+    aten.randn_like.default: [],
+    aten.randn_like.generator: [],
     aten.full_like.default: [
         ((rand(2, 3), 7.5), {}),
         ((rand(2, 3).int(), 2.9), {}),
@@ -173,6 +194,15 @@ CASES = {
         ((rand(7, 5),), {}),
         ((rand(7, 5).half(),), {}),
         ((rand(3, 4).int(),), {"dtype": torch.float32}),
+    ],
+    # (grad, input, target, weight, reduction, ignore_index, total_weight)
+    aten.nll_loss_backward.default: [
+        ((rand(()), rand(4, 6), NLL_T, None, 1, -100, torch.tensor(3.0)), {}),
+        ((rand(()), rand(4, 6), NLL_T, None, 2, -100, torch.tensor(4.0)), {}),
+        ((rand(4), rand(4, 6), NLL_T, None, 0, -100, torch.tensor(4.0)), {}),
+        ((rand(()), rand(4, 6), NLL_T.abs() % 6, None, 1, 2, torch.tensor(3.0)), {}),
+        ((rand(()), rand(6), torch.tensor(2), None, 1, -100, torch.tensor(1.0)), {}),
+        ((rand(()), rand(4, 6), NLL_T, rand(6), 1, -100, torch.tensor(2.5)), {}),
     ],
     aten.mean.dim: [
         ((rand(7, 5), [1]), {}),

@@ -29,6 +29,7 @@ from minductor.ir import (
     ReinterpretBuffer,
 )
 from minductor.lowering import (
+    EXTERN_OUT,
     GraphLowering,
     MixedDeviceError,
     _check_devices,
@@ -128,7 +129,8 @@ def _pointwise_overloads():
         positional = [a for a in schema.arguments if not a.kwarg_only]
         kinds = [str(a.type) for a in positional]
         allowed = {"Tensor", "number", "Optional[number]", "Optional[Tensor]"}
-        if "Tensor" in kinds and set(kinds) <= allowed and op not in REDUCTIONS:
+        not_pointwise = op in REDUCTIONS or op in EXTERN_OUT
+        if "Tensor" in kinds and set(kinds) <= allowed and not not_pointwise:
             found.append(op)
     return found
 

@@ -6,13 +6,23 @@ tensors in Triton's interpreter and compared with eager.
 
 import math
 import re
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from minductor.capture import record_compiled
 from minductor.config import config
-from minductor.ir import FixedLayout, InputBuffer
+from minductor.ir import (
+    Buffer,
+    FallbackKernel,
+    FixedLayout,
+    InputBuffer,
+    ReinterpretBuffer,
+)
 from minductor.lowering import GraphLowering, lowerings
 from minductor.runtime import interpret_mode, load_module
 from minductor.scheduler import Scheduler
@@ -22,6 +32,8 @@ from minductor.wrapper import (
     FreeLine,
     KernelCallLine,
     MultiOutputLine,
+    ReinterpretLine,
+    ReuseLine,
     WrapperCodeGen,
     codegen_arg,
     codegen_op,
@@ -368,3 +380,259 @@ def test_line_records_report_their_uses():
     ]
     assert extern.uses() == ("x_1",)
     assert first.uses() == second.uses() == ("buf0",)
+
+
+# --- buffer reuse ---------------------------------------------------------------------
+
+
+def _softmax(x, dim):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def _softmaxes(x):
+    # reductions over rows and over columns never share a kernel: four launches, and
+    # the statistics one leaves behind die as the next allocates outputs of their size
+    y = _softmax(x, 1) * _softmax(x, 0)
+    return _softmax(y, 1).sum(0), _softmax(y, 0).sum(1)
+
+
+REUSE = re.compile(rf"^({NAME}) = ({NAME})(\.as_strided\(.*\))?  # reuse$")
+
+
+def reuses(body):
+    """(new, old, line number) for each `# reuse` line of a call body."""
+    found = [(REUSE.match(line), k) for k, line in enumerate(body)]
+    return [(m[1], m[2], k) for m, k in found if m]
+
+
+def test_dead_buffer_is_reused_by_the_next_kernels_outputs():
+    wrapper, source = check_against_eager(_softmaxes, randn(5, 7))
+    body, _ = check_memory_lines(source, wrapper.graph)
+    assert [(new, old) for new, old, _ in reuses(body)] == [
+        ("buf7", "buf3"),
+        ("buf8", "buf2"),
+        ("buf10", "buf6"),
+    ]
+    assert "buf8 = buf2  # reuse" in body  # the same layout: the tensor as it is
+    assert "buf7 = buf3.as_strided((7,), (1,))  # reuse" in body  # (1, 7) seen as (7,)
+    assert not [line for line in body if re.match(r"buf(7|8|10) = empty_strided", line)]
+    assert sum(isinstance(line, ReuseLine) for line in wrapper.lines) == 3
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (1, 9), (9, 1), (33, 65)], ids=str)
+def test_reused_name_is_deleted_only_after_its_hand_over(shape):
+    wrapper, source = check_against_eager(_softmaxes, randn(*shape))
+    body, _ = check_memory_lines(source, wrapper.graph)
+    assert reuses(body)
+    for new, old, k in reuses(body):
+        assert body[k + 1] == f"del {old}"  # right after, not where it died
+        assert [line for line in body if line.startswith(f"{old} = ")]
+        dels = [line[4:].split(", ") for line in body if line.startswith("del ")]
+        assert sum(old in names for names in dels) == 1
+        assert f"{new} = empty_strided" not in source
+
+
+def test_an_outputs_memory_is_never_reused():
+    # y.t() is returned as a view of y's buffer. y's own name dies once cumsum has read
+    # it, just before cos allocates a buffer of y's size: that buffer must be new.
+    def f(x):
+        y = x.sin()
+        return y.t(), torch.cumsum(y, 1).cos()
+
+    wrapper, source = check_against_eager(f, randn(5, 7))
+    body, freed = check_memory_lines(source, wrapper.graph)
+    assert "buf0" in freed and "buf2 = buf0.as_strided(" in source
+    assert not reuses(body)
+
+
+# The planner on hand-made lines. WorkLine is a line of a kind it does not know, like
+# an ATen call writing into a buffer allocated for it (`mm(buf0, buf1, out=buf2)`).
+@dataclass(frozen=True)
+class WorkLine:
+    names: tuple[str, ...]
+
+    def codegen(self):
+        return f"work({', '.join(self.names)})"
+
+    def uses(self):
+        return self.names
+
+    def defines(self):
+        return ()
+
+
+F32 = torch.float32
+L57 = FixedLayout.contiguous(cpu, F32, (5, 7))
+L75 = FixedLayout.contiguous(cpu, F32, (7, 5))
+T57 = FixedLayout(cpu, F32, L75.size, (1, 7))  # (5, 7)'s memory seen transposed
+BUF0 = Buffer("buf0", L57)
+VIEW = ReinterpretBuffer("buf1", T57, BUF0)
+
+
+def planned(lines, outputs=()):
+    graph = SimpleNamespace(graph_outputs=list(outputs))
+    wrapper = WrapperCodeGen(graph, None, interpret=True)
+    wrapper.lines = list(lines)
+    wrapper.plan_reuse()
+    return [line.codegen() for line in wrapper.lines]
+
+
+def alloc(name, layout=L57):
+    return AllocateLine(name, layout)
+
+
+def test_planner_reuses_after_the_last_use_and_moves_the_del():
+    lines = [
+        alloc("buf0"),
+        WorkLine(("x", "buf0")),
+        FreeLine(("x",)),
+        WorkLine(("buf0",)),
+        FreeLine(("buf0",)),
+        alloc("buf1"),
+        alloc("buf2", L75),
+        WorkLine(("buf1", "buf2")),
+    ]
+    assert planned(lines)[4:] == [
+        "buf1 = buf0  # reuse",
+        "del buf0",
+        alloc("buf2", L75).codegen(),  # its own key, but buf0 is taken
+        "work(buf1, buf2)",
+    ]
+    lines[5] = alloc("buf1", L75)  # as many elements, another layout
+    assert planned(lines)[4] == "buf1 = buf0.as_strided((7, 5), (5, 1))  # reuse"
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        FixedLayout.contiguous(cpu, F32, (5, 6)),
+        FixedLayout.contiguous(cpu, torch.int32, (5, 7)),
+        FixedLayout.contiguous(torch.device("meta"), F32, (5, 7)),
+    ],
+    ids=["size", "dtype", "device"],
+)
+def test_planner_needs_the_same_key(layout):
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        FreeLine(("buf0",)),
+        alloc("buf1", layout),
+    ]
+    assert planned(lines) == [line.codegen() for line in lines]
+
+
+def test_planner_holds_no_memory_across_work():
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        FreeLine(("buf0",)),
+        WorkLine(("x",)),  # it could have used buf0's block: buf0 is freed, as before
+        alloc("buf1"),
+    ]
+    assert planned(lines) == [line.codegen() for line in lines]
+
+
+def test_planner_never_reuses_memory_a_live_view_reads():
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        ReinterpretLine(VIEW),
+        FreeLine(("buf0",)),  # the name dies, the memory does not: buf1 views it
+        alloc("buf2"),
+        WorkLine(("buf1", "buf2")),
+        FreeLine(("buf1",)),
+        alloc("buf3"),
+    ]
+    assert planned(lines) == [line.codegen() for line in lines]
+    # when the holder dies last, with its view or after it, the memory is free
+    lines[3:7] = [WorkLine(("buf1", "buf0")), FreeLine(("buf1", "buf0")), alloc("buf2")]
+    assert "buf2 = buf0  # reuse" in planned(lines)
+
+
+def test_planner_never_reuses_an_outputs_memory():
+    lines = [alloc("buf0"), WorkLine(("buf0",)), FreeLine(("buf0",)), alloc("buf2")]
+    assert "buf2 = buf0  # reuse" in planned(lines)
+    assert planned(lines, outputs=[BUF0]) == [line.codegen() for line in lines]
+
+
+@pytest.mark.parametrize(
+    "op,args,layout,aliases",
+    [
+        (torch.ops.aten.t.default, (BUF0,), T57, True),
+        (torch.ops.aten.cumsum.default, (BUF0, 1), L57, False),
+    ],
+    ids=["t", "cumsum"],
+)
+def test_planner_follows_aten_ops_that_return_views(op, args, layout, aliases):
+    extern = ExternCallLine(FallbackKernel("buf1", layout, op, args, {}))
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        extern,
+        FreeLine(("buf0",)),
+        alloc("buf2"),
+        WorkLine(("buf1", "buf2")),
+    ]
+    assert WrapperCodeGen.may_alias(op) == aliases
+    assert ("buf2 = buf0  # reuse" in planned(lines)) == (not aliases)
+
+
+def test_may_alias_reads_the_schema():
+    assert WrapperCodeGen.may_alias(torch.ops.aten.split.Tensor)  # Tensor(a)[]
+    assert WrapperCodeGen.may_alias(torch.ops.aten.add_.Tensor)  # Tensor(a!)
+    assert not WrapperCodeGen.may_alias(torch.ops.aten.sort.default)
+    assert WrapperCodeGen.may_alias(lambda x: x)  # no schema: it may
+
+
+def test_planner_follows_a_scatter_into_its_copy():
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        ReuseLine("buf0", "buf1"),  # the scatter's result takes over its copy
+        FreeLine(("buf0",)),
+        WorkLine(("buf1",)),
+        FreeLine(("buf1",)),
+        alloc("buf2"),
+    ]
+    assert planned(lines)[-2:] == ["buf2 = buf1  # reuse", "del buf1"]
+
+
+def test_reuse_key_compares_symbolic_sizes_as_expressions():
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    key = WrapperCodeGen.reuse_key
+
+    def contiguous(*size, dtype=F32):
+        return FixedLayout.contiguous(cpu, dtype, size)
+
+    assert key(contiguous(s0, 1)) == key(contiguous(s0)) == (cpu, F32, s0)
+    assert key(contiguous(s0 + 1, 4)) == key(contiguous(4 * s0 + 4))
+    assert key(contiguous(s0, s1)) == key(contiguous(s1, s0))
+    assert key(contiguous(s0)) != key(contiguous(s1))  # equal at some call, not all
+    assert key(contiguous(s0)) != key(contiguous(s0, dtype=torch.float64))
+    assert key(T57) == key(L57) == (cpu, F32, 35)
+    assert key(FixedLayout(cpu, F32, (5, 1), (1, 5))) == (cpu, F32, 5)
+    assert key(contiguous(2, 0))[2] == key(contiguous(0, 5))[2] == 0  # no memory
+    assert key(contiguous())[2] == 1  # a scalar
+
+
+def test_reuse_with_symbolic_sizes():
+    torch._dynamo.reset()
+    compiled = torch.compile(_softmaxes, backend="minductor", dynamic=True)
+    with record_compiled() as graphs:
+        for shape in ((5, 7), (9, 3), (6, 33)):
+            x = randn(*shape)
+            for got, expected in zip(compiled(x), _softmaxes(x), strict=True):
+                torch.testing.assert_close(got, expected)
+    assert len(graphs) == 1
+    body = call_body(graphs[0].source)
+    found = reuses(body)
+    assert found
+    symbolic = r"\bs\d+\b"
+    viewed = [body[k] for _, _, k in found if ".as_strided(" in body[k]]
+    assert viewed and all(re.search(symbolic, line) for line in viewed)
+    for _, old, _ in found:  # the memory came from an allocation of symbolic size
+        made = next(line for line in body if line.startswith(f"{old} = "))
+        while reused := REUSE.match(made):  # a reuse of a reuse: back to its allocation
+            made = next(line for line in body if line.startswith(f"{reused[2]} = "))
+        assert "empty_strided(" in made and re.search(symbolic, made)

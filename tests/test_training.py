@@ -125,3 +125,24 @@ def test_an_op_we_cannot_lower_in_backward_falls_back_alone(device, caplog):
     assert "aten.cumsum.default" in backward.fallbacks
     assert backward.kernel_names
     assert not any("running graph with ATen" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_gradient_without_a_scatter(reduction, weighted, device):
+    # ignore_index hits rows 1 and 4; our decomposition compares class indices with
+    # the targets (no zeros-then-scatter), a class weight keeps torch's decomposition
+    targets = torch.tensor([2, -100, 0, 2, -100, 5])
+    weight = torch.rand(6) + 0.5 if weighted else None
+
+    def fn(x, t):
+        out = F.nll_loss(F.log_softmax(x, 1), t, weight=weight, reduction=reduction)
+        return out.pow(2).sum()
+
+    if weighted:
+        weight = weight.to(device)
+    forward, backward = grads(fn, [(6, 6)], device, extra=(targets,))
+    assert backward.fallbacks == []
+    if not weighted:
+        assert "scatter" not in backward.source

@@ -1,0 +1,148 @@
+"""Matmuls, convolutions and attention are extern kernels: ATen (cuBLAS, cuDNN) called
+from the wrapper, matmuls writing into planned buffers with out=, and the pointwise work
+around them fused into generated kernels."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import DEVICES, randn, run
+from minductor.capture import record_compiled
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ch06]
+
+MATMULS = {
+    "mm_odd": (lambda a, b: a @ b, [(5, 7), (7, 3)]),
+    "mm_transposed": (lambda a, b: a.t() @ b.t(), [(7, 5), (3, 7)]),
+    "mm_strided": (lambda a, b: a[::2, 1:] @ b, [(9, 8), (7, 4)]),
+    "mm_vector_like": (lambda a, b: a @ b, [(1, 6), (6, 1)]),
+    "bmm": (lambda a, b: torch.bmm(a, b), [(3, 5, 7), (3, 7, 2)]),
+    "bmm_transposed": (lambda a, b: a @ b.transpose(1, 2), [(2, 5, 3), (2, 4, 3)]),
+    "matmul_3d_2d": (lambda a, b: a @ b, [(2, 5, 7), (7, 3)]),
+    "addmm": (lambda c, a, b: torch.addmm(c, a, b), [(3,), (5, 7), (7, 3)]),
+    "addmm_scaled": (
+        lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+        [(5, 3), (5, 7), (7, 3)],
+    ),
+    "baddbmm": (
+        lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=-1.0),
+        [(1, 5, 1), (2, 5, 7), (2, 7, 3)],
+    ),
+    "linear_3d": (lambda x, w, b: F.linear(x, w, b), [(2, 3, 7), (5, 7), (5,)]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_matmuls_match_eager_without_fallback(case, device):
+    fn, shapes = MATMULS[case]
+    args = [randn(*s, device=device) for s in shapes]
+    with record_compiled() as graphs:
+        kernels, fallbacks = run(fn, *args)
+    assert fallbacks == []
+    assert "out=buf" in graphs[0].source  # the product lands in a planned buffer
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_bias_gelu_is_one_mm_and_one_kernel(device):
+    x, w, b = (randn(*s, device=device) for s in [(6, 9), (11, 9), (11,)])
+    with record_compiled() as graphs:
+        kernels, fallbacks = run(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b)
+    source = graphs[0].source
+    assert source.count("extern_kernels.mm(") == 1
+    assert "extern_kernels.addmm" not in source  # the bias moved into the kernel
+    assert len(kernels) == 1 and "addmm" in kernels[0] and "gelu" in kernels[0]
+    assert fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_addmm_stays_whole_when_its_result_is_returned(device):
+    x, w, b = (randn(*s, device=device) for s in [(6, 9), (11, 9), (11,)])
+    with record_compiled() as graphs:
+        kernels, _ = run(lambda x, w, b: F.linear(x, w, b), x, w, b)
+    assert "extern_kernels.addmm(" in graphs[0].source
+    assert kernels == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_addmm_with_beta_zero_ignores_a_nan_bias(device):
+    a, b = randn(4, 5, device=device), randn(5, 3, device=device)
+    bias = torch.full((3,), float("nan"), device=device)
+    with record_compiled() as graphs:
+        run(lambda c, a, b: torch.addmm(c, a, b, beta=0).relu(), bias, a, b)
+    assert "extern_kernels.addmm(" in graphs[0].source  # not unfused into 0 * nan
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_matmul_with_epilogue(device, dtype):
+    a, b = randn(8, 16, device=device, dtype=dtype), randn(16, 4, device=device, dtype=dtype)
+    kernels, fallbacks = run(lambda a, b: (a @ b).relu() * 2, a, b, atol=2e-2, rtol=2e-2)
+    assert fallbacks == [] and len(kernels) == 1
+
+
+def test_integer_matmul_falls_back():
+    # cuBLAS has no integer kernel; on the CPU ATen has one, and the op falls back to it
+    a = torch.randint(-3, 4, (4, 5))
+    b = torch.randint(-3, 4, (5, 2))
+    _, fallbacks = run(lambda a, b: a @ b + 1, a, b)
+    assert fallbacks == ["aten.mm.default"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_gradients_use_extern_mm(device):
+    torch._dynamo.reset()
+    x = randn(5, 7, device=device).requires_grad_()
+    w = randn(3, 7, device=device).requires_grad_()
+    b = randn(3, device=device).requires_grad_()
+    ref = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+
+    def f(x, w, b):
+        return F.gelu(F.linear(x, w, b)).pow(2).sum()
+
+    with record_compiled() as graphs:
+        torch.compile(f, backend="minductor")(x, w, b).backward()
+    f(*ref).backward()
+    for got, want in zip((x, w, b), ref, strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-4, rtol=1e-4)
+    forward, backward = graphs
+    assert backward.source.count("extern_kernels.mm(") == 2  # dx and dw
+    assert forward.fallbacks == [] and backward.fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_convolution_and_attention_are_extern_kernels_not_fallbacks(device):
+    torch._dynamo.reset()
+    x = randn(2, 3, 9, 7, device=device).requires_grad_()
+    w = randn(4, 3, 3, 3, device=device).requires_grad_()
+    q = randn(2, 2, 5, 4, device=device).requires_grad_()
+
+    def f(x, w, q):
+        conv = F.conv2d(x, w, padding=1).relu().sum()
+        attention = F.scaled_dot_product_attention(q, q * 2, q, is_causal=True)
+        return conv + attention.pow(2).sum()
+
+    ref = [t.detach().clone().requires_grad_() for t in (x, w, q)]
+    with record_compiled() as graphs:
+        out = torch.compile(f, backend="minductor")(x, w, q)
+        out.backward()
+    expected = f(*ref)
+    expected.backward()
+    torch.testing.assert_close(out, expected, atol=1e-3, rtol=1e-4)
+    for got, want in zip((x, w, q), ref, strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-3, rtol=1e-3)
+    for graph in graphs:
+        assert graph.fallbacks == []
+        assert "aten.convolution" in graph.source
+        assert "aten._scaled_dot_product" in graph.source
+
+
+def test_matmul_with_dynamic_sizes_compiles_once():
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: (a @ b).tanh(), backend="minductor", dynamic=True)
+    with record_compiled() as graphs:
+        for n, k, m in ((5, 7, 3), (9, 2, 6)):
+            a, b = torch.randn(n, k), torch.randn(k, m)
+            torch.testing.assert_close(f(a, b), (a @ b).tanh())
+    assert len(graphs) == 1 and graphs[0].fallbacks == []
+    assert "extern_kernels.mm(" in graphs[0].source
