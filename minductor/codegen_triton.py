@@ -239,7 +239,6 @@ def outer_reduction_config(numel: int, rnumel: int, kind: str) -> dict[str, int]
     xblock, rblock, num_warps = OUTER_REDUCTION_BLOCKS
     if kind == "per":
         rblock = _next_power_of_2(rnumel)
-        xblock = max(xblock, min(128, 1024 // rblock))  # short rows: a wider tile
     xblock = min(xblock, _next_power_of_2(max(numel, 1)))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
 

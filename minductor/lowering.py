@@ -2084,6 +2084,11 @@ class GraphLowering(torch.fx.Interpreter):
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)
+        if not isinstance(target, OpOverload):  # a Python function, a higher-order op
+            raise NotImplementedError(
+                f"minductor cannot compile {op_name}: it has no lowering, and only "
+                f"ATen operators can fall back ({reason})"
+            )
         if extern:  # planned, not a failure to lower
             self.extern_kernels.append(op_name)
         else:

@@ -618,3 +618,18 @@ def test_inline_opcount_limit_realizes_a_long_chain(restore_config):
     for buf in graph.buffers:
         assert isinstance(buf.data, Pointwise)
         assert buf.data.count_ops().count <= 5 + 3  # bounded by the limit (+ one op)
+
+
+def test_an_op_with_no_aten_fallback_is_a_clear_error():
+    def not_aten(x):
+        return x * 2
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(not_aten, (x,))
+    graph.output((y,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    example = torch.randn(3)
+    next(n for n in gm.graph.nodes if n.op == "call_function").meta["val"] = example
+    with pytest.raises(NotImplementedError, match="not_aten.*no lowering"):
+        GraphLowering(gm, [example]).lower()
