@@ -593,7 +593,9 @@ def measure_training(
         torch._dynamo.reset()
         model = copy.deepcopy(reference)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        compiled = model if backend == "eager" else torch.compile(model, backend=backend)
+        compiled = model
+        if backend != "eager":
+            compiled = torch.compile(model, backend=backend)
         losses[backend] = training_step(compiled, optimizer, idx, targets).item()
         for _ in range(3):  # warm: compiled, optimizer state allocated
             training_step(compiled, optimizer, idx, targets)

@@ -1882,7 +1882,7 @@ EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
 
 
 def realize_input(graph: GraphLowering, x: TensorBox) -> Buffer:
-    """x in memory; a view of a computed value as a strided window on it, if it can be."""
+    """x in memory; a view of a computed value as a strided window on it, if it can."""
     viewed = x
     while isinstance(viewed.data, GenericView):
         viewed = viewed.data.box
