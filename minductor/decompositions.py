@@ -307,43 +307,37 @@ def bernoulli_p(x, p=0.5, *, generator=None):
     return (_uniform(x, generator) < p).to(x.dtype)
 
 
-def _random_like(draw, x, generator, dtype, device, memory_format):
-    options = {"dtype": dtype or x.dtype, "device": device or x.device}
-    options.update(_generator(generator))
-    order = _memory_order(x)
-    keep_strides = memory_format in (None, torch.preserve_format)
-    if not keep_strides or x.is_contiguous() or order is None:
-        return draw(x.shape, **options)
-    drawn = draw([x.shape[d] for d in order], **options)  # in x's memory order
-    return drawn.permute([order.index(d) for d in range(x.dim())])
+def _random_like(draw: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """rand_like or randn_like: `draw` with x's size, dtype, device and strides."""
+
+    def decomposition(
+        x,
+        *,
+        generator=None,
+        dtype=None,
+        layout=None,
+        device=None,
+        pin_memory=None,
+        memory_format=None,
+    ):
+        options = {"dtype": dtype or x.dtype, "device": device or x.device}
+        options.update(_generator(generator))
+        order = _memory_order(x)
+        keep_strides = memory_format in (None, torch.preserve_format)
+        if not keep_strides or x.is_contiguous() or order is None:
+            return draw(x.shape, **options)
+        drawn = draw([x.shape[d] for d in order], **options)  # in x's memory order
+        return drawn.permute([order.index(d) for d in range(x.dim())])
+
+    return decomposition
 
 
-@register_decomposition(aten.rand_like.default, aten.rand_like.generator)
-def rand_like(
-    x,
-    *,
-    generator=None,
-    dtype=None,
-    layout=None,
-    device=None,
-    pin_memory=None,
-    memory_format=None,
-):
-    return _random_like(torch.rand, x, generator, dtype, device, memory_format)
-
-
-@register_decomposition(aten.randn_like.default, aten.randn_like.generator)
-def randn_like(
-    x,
-    *,
-    generator=None,
-    dtype=None,
-    layout=None,
-    device=None,
-    pin_memory=None,
-    memory_format=None,
-):
-    return _random_like(torch.randn, x, generator, dtype, device, memory_format)
+rand_like = register_decomposition(aten.rand_like.default, aten.rand_like.generator)(
+    _random_like(torch.rand)
+)
+randn_like = register_decomposition(
+    aten.randn_like.default, aten.randn_like.generator
+)(_random_like(torch.randn))
 
 
 _BORROWED = [

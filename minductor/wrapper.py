@@ -97,6 +97,12 @@ def codegen_arg(a: Any) -> str:
     return repr(a)
 
 
+def codegen_call_args(node: FallbackKernel) -> list[str]:
+    """A fallback's or an extern kernel's arguments as Python source."""
+    args = [codegen_arg(a) for a in node.args]
+    return args + [f"{k}={codegen_arg(v)}" for k, v in node.kwargs.items()]
+
+
 def codegen_op(op: Any) -> str:
     name = str(op)
     return name if name.startswith("aten.") else f"torch.ops.{name}"
@@ -108,9 +114,7 @@ class ExternCallLine:
 
     def codegen(self) -> str:
         n = self.node
-        args = [codegen_arg(a) for a in n.args]
-        args += [f"{k}={codegen_arg(v)}" for k, v in n.kwargs.items()]
-        call = f"{n.name} = {codegen_op(n.op)}({', '.join(args)})"
+        call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
         if not isinstance(n.layout, FixedLayout):
             return call
         size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
@@ -129,9 +133,7 @@ class ExternKernelOutLine:
 
     def codegen(self) -> str:
         n = self.node
-        args = [codegen_arg(a) for a in n.args]
-        args += [f"{k}={codegen_arg(v)}" for k, v in n.kwargs.items()]
-        return f"{n.kernel}({', '.join(args)}, out={n.name})"
+        return f"{n.kernel}({', '.join(codegen_call_args(n))}, out={n.name})"
 
     def uses(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.node.input_buffers()) + (self.node.name,)
