@@ -60,35 +60,45 @@ class Launcher:
         self.grid = grid
         self.blocks = blocks  # the constexpr block sizes, in signature order
         self.num_warps = num_warps
+        # fixed when the kernel was decorated: @triton.jit read the variable then
+        self.interpret = interpret_mode()
         self.binary = None  # the compiled kernel, once built for aligned pointers
+        self.device = -1  # the CUDA device it was built and loaded on
+        self.pointers: tuple[int, ...] = ()  # positions of the tensor arguments
 
     def __call__(self, *args) -> None:
-        if interpret_mode():
+        if self.interpret:
             # masked-off lanes may compute log(-1) or 1/0; numpy would warn about them
             with numpy.errstate(all="ignore"), _interpreter_asserts(self.kernel):
                 self.kernel[self.grid](*args, **self.blocks)
             return
-        aligned = all(
-            a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor)
+        b = self.binary
+        if b is not None and torch.cuda.current_device() == self.device:
+            for i in self.pointers:
+                if args[i].data_ptr() % 16:
+                    break  # unaligned: not what the binary was built for
+            else:
+                b.run(
+                    *self.grid3,
+                    torch._C._cuda_getCurrentRawStream(self.device),
+                    b.function,
+                    b.packed_metadata,
+                    None,  # launch metadata
+                    None,  # enter hook
+                    None,  # exit hook
+                    *args,
+                    *self.blocks.values(),
+                )
+                return
+        self.pointers = tuple(
+            i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
         )
-        if self.binary is not None and aligned:
-            b = self.binary
-            stream = torch.cuda.current_stream().cuda_stream
-            grid = self.grid + (1,) * (3 - len(self.grid))
-            hooks = (None, None, None)  # launch metadata, enter hook, exit hook
-            b.run(
-                *grid,
-                stream,
-                b.function,
-                b.packed_metadata,
-                *hooks,
-                *args,
-                *self.blocks.values(),
-            )
-            return
+        aligned = all(args[i].data_ptr() % 16 == 0 for i in self.pointers)
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
-        if aligned and _has_direct_launch(binary):
+        if aligned and self.binary is None and _has_direct_launch(binary):
             self.binary = binary
+            self.device = torch.cuda.current_device()
+            self.grid3 = self.grid + (1,) * (3 - len(self.grid))
 
 
 @contextlib.contextmanager
@@ -136,18 +146,21 @@ def launch(
     """Launch over `numel` outputs; reductions also pass rnumel and RBLOCK."""
     if numel == 0:
         return
-    grid = ((numel + XBLOCK - 1) // XBLOCK,)
     sizes = (numel,) if rnumel is None else (numel, rnumel)
-    blocks = (
-        {"XBLOCK": XBLOCK} if RBLOCK is None else {"XBLOCK": XBLOCK, "RBLOCK": RBLOCK}
-    )
     # the sizes are in the key, not only the grid: Triton specializes integer
     # arguments (an xnumel of 1 becomes a constant), so a binary is only good for its
-    # own sizes; so are the size symbols a dynamic-shape kernel takes
-    symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
+    # own sizes; so are the size symbols a dynamic-shape kernel takes, which come
+    # after the buffers (a kernel without them ends with a buffer)
+    symbols = ()
+    if args and not isinstance(args[-1], torch.Tensor):
+        symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
     key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK)
     launcher = _launchers.get(key)
     if launcher is None:
+        grid = ((numel + XBLOCK - 1) // XBLOCK,)
+        blocks = {"XBLOCK": XBLOCK}
+        if RBLOCK is not None:
+            blocks["RBLOCK"] = RBLOCK
         launcher = _launchers[key] = Launcher(kernel, grid, blocks, num_warps)
     launcher(*args, *sizes)
 
