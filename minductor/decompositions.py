@@ -270,6 +270,11 @@ def nll_loss_backward(
     return torch.where(hit, -grad, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
+@register_decomposition(aten.detach.default)
+def detach(x):
+    return aten.alias(x)  # autograd's concern is over; to us it is a view
+
+
 def _generator(generator) -> dict:
     return {} if generator is None else {"generator": generator}
 

@@ -211,6 +211,7 @@ CASES = {
         ((rand(6, 9).half(), [1], True), {}),
         ((rand(2, 0), [1]), {}),  # empty: nan, as in eager
     ],
+    aten.detach.default: [((rand(3, 4),), {}), ((rand(4, 3).t()[1:],), {})],
 }
 
 
@@ -235,6 +236,53 @@ def test_decomposition_matches_eager(op):
                 continue
             assert g.dtype == e.dtype and g.shape == e.shape, (args, kwargs)
             torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_detach_becomes_a_view_with_the_same_strides():
+    x = rand(4, 6).t()[1:]
+    y = decompositions[aten.detach.default](x)
+    assert y.stride() == x.stride() and y.data_ptr() == x.data_ptr()
+
+
+def test_min_cut_saves_logits_not_the_float32_log_softmax():
+    """With detach as alias, a loss over upcast bf16 logits saves the bf16 product and
+    two floats per row for the backward; without, the float32 log-softmax."""
+    import torch.nn.functional as F
+    from functorch.compile import aot_function, make_boxed_func
+    from functorch.compile import min_cut_rematerialization_partition
+
+    from minductor.decompositions import decomposition_table
+
+    def saved(table):
+        found = []
+
+        def backward_compiler(gm, _):
+            found.extend(
+                n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")
+            )
+            return make_boxed_func(gm.forward)
+
+        def loss(h, w, t):
+            return F.cross_entropy((h @ w).float(), t)
+
+        compiled = aot_function(
+            loss,
+            fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
+            bw_compiler=backward_compiler,
+            decompositions=table,
+            partition_fn=min_cut_rematerialization_partition,
+        )
+        h = rand(16, 8).bfloat16()
+        w = rand(8, 40).bfloat16().requires_grad_()
+        compiled(h, w, torch.randint(40, (16,))).backward()
+        return {(t.dtype, tuple(t.shape)) for t in found}
+
+    table = decomposition_table()
+    with_alias = saved(table)
+    assert (torch.bfloat16, (16, 40)) in with_alias
+    assert (torch.float32, (16, 40)) not in with_alias
+    del table[aten.detach.default]
+    assert (torch.float32, (16, 40)) in saved(table)  # the test can fail
 
 
 def test_softplus_switches_to_x_above_the_threshold():
