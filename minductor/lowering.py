@@ -717,7 +717,7 @@ def unfold(x, dimension, size, step):
     return make_view(x, new, reindex)
 
 
-@register_lowering(aten.split_with_sizes)
+@register_lowering(aten.split_with_sizes, aten.unsafe_split_with_sizes)
 def split_with_sizes(x, split_sizes, dim=0):
     start, pieces = 0, []
     for length in split_sizes:
@@ -726,7 +726,7 @@ def split_with_sizes(x, split_sizes, dim=0):
     return tuple(pieces)
 
 
-@register_lowering(aten.split.Tensor)
+@register_lowering(aten.split.Tensor, aten.unsafe_split.Tensor)
 def split(x, split_size, dim=0):
     n = int(x.get_size()[_dim(dim, len(x.get_size()))])
     sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
@@ -2104,6 +2104,7 @@ class GraphLowering(torch.fx.Interpreter):
 
         args = realize(tuple(args))
         kwargs = {k: realize(v) for k, v in kwargs.items()}
+        args, kwargs = self.exact_strides(target, args, kwargs)
         meta = self.current_node.meta.get("val")
         if isinstance(meta, torch.Tensor):
             buf = FallbackKernel(
@@ -2135,6 +2136,44 @@ class GraphLowering(torch.fx.Interpreter):
                 outputs.append(TensorBox(out))
             return tuple(outputs)
         raise NotImplementedError(f"cannot fall back on {op_name}: it returns {meta!r}")
+
+    def exact_strides(self, target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Each tensor argument with the strides it has in the graph, unless written."""
+        node, schema = self.current_node, target._schema
+        names = [a.name for a in schema.arguments]
+        written = {
+            a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write
+        }
+
+        def fix(value, name, fx_arg):
+            if name in written or not isinstance(value, Buffer):
+                return value
+            meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+            if not isinstance(meta, torch.Tensor):
+                return value
+            return self.require_strides(value, as_exprs(meta.stride()))
+
+        args = tuple(
+            fix(a, names[k] if k < len(names) else None, fx)
+            for k, (a, fx) in enumerate(zip(args, node.args))
+        )
+        kwargs = {k: fix(v, k, node.kwargs.get(k)) for k, v in kwargs.items()}
+        return args, kwargs
+
+    def require_strides(self, buf: Buffer, stride: tuple[sympy.Expr, ...]) -> Buffer:
+        """buf, or a copy of it with these strides (sizes of 1 do not count)."""
+        layout = buf.layout
+        if not isinstance(layout, FixedLayout):
+            return buf
+        pairs = zip(layout.size, layout.stride, stride)
+        if all(n == 1 or s == want for n, s, want in pairs):
+            return buf
+        size = layout.size
+        body = Pointwise(layout.device, layout.dtype, buf.make_loader(), size)
+        exact = FixedLayout(layout.device, layout.dtype, size, stride)
+        copy = ComputedBuffer(self.new_buffer_name(), exact, body)
+        self.register_buffer(copy)
+        return copy
 
 
     def run_node(self, n: torch.fx.Node) -> Any:

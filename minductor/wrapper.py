@@ -331,8 +331,11 @@ class WrapperCodeGen:
 
     @staticmethod
     def may_alias(op: Any) -> bool:
-        """May this op return a view of an input? Its schema says; unknown ops may."""
+        """May this op return a view of an input? Its schema says, but for the unsafe
+        views, whose schemas do not; unknown ops may."""
         if not isinstance(op, torch._ops.OpOverload):
+            return True
+        if "unsafe" in op.name():  # unsafe_split, unsafe_chunk, _unsafe_view
             return True
         return any(ret.alias_info is not None for ret in op._schema.returns)
 

@@ -561,8 +561,10 @@ def test_planner_never_reuses_an_outputs_memory():
     [
         (torch.ops.aten.t.default, (BUF0,), T57, True),
         (torch.ops.aten.cumsum.default, (BUF0, 1), L57, False),
+        # a view whose schema says it is not one
+        (torch.ops.aten._unsafe_view.default, (BUF0, [5, 7]), L57, True),
     ],
-    ids=["t", "cumsum"],
+    ids=["t", "cumsum", "unsafe_view"],
 )
 def test_planner_follows_aten_ops_that_return_views(op, args, layout, aliases):
     extern = ExternCallLine(FallbackKernel("buf1", layout, op, args, {}))
@@ -583,6 +585,21 @@ def test_may_alias_reads_the_schema():
     assert WrapperCodeGen.may_alias(torch.ops.aten.add_.Tensor)  # Tensor(a!)
     assert not WrapperCodeGen.may_alias(torch.ops.aten.sort.default)
     assert WrapperCodeGen.may_alias(lambda x: x)  # no schema: it may
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        torch.ops.aten.unsafe_split.Tensor,
+        torch.ops.aten.unsafe_split_with_sizes.default,
+        torch.ops.aten.unsafe_chunk.default,
+        torch.ops.aten._unsafe_view.default,
+    ],
+    ids=str,
+)
+def test_unsafe_views_may_alias_although_their_schemas_say_not(op):
+    assert all(ret.alias_info is None for ret in op._schema.returns)
+    assert WrapperCodeGen.may_alias(op)
 
 
 def test_planner_follows_a_scatter_into_its_copy():
