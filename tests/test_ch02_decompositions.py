@@ -257,9 +257,7 @@ def test_min_cut_saves_logits_not_the_float32_log_softmax():
         found = []
 
         def backward_compiler(gm, _):
-            found.extend(
-                n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")
-            )
+            found.extend(n.meta["val"] for n in gm.graph.find_nodes(op="placeholder"))
             return make_boxed_func(gm.forward)
 
         def loss(h, w, t):
@@ -324,7 +322,8 @@ def test_hardswish_of_minus_infinity():
     # tensor). We follow the vectorized formula, which is also what runs on CUDA.
     x = torch.tensor([-inf] + [-10.0] * 63)
     torch.testing.assert_close(
-        decompositions[aten.hardswish.default](x), aten.hardswish.default(x),
+        decompositions[aten.hardswish.default](x),
+        aten.hardswish.default(x),
         equal_nan=True,
     )
     assert torch.isnan(decompositions[aten.hardswish.default](x)[0])
@@ -397,8 +396,8 @@ TRACED = {
     aten.zeros_like.default: lambda x, a, b: torch.zeros_like(x, dtype=torch.int32),
     aten.ones_like.default: lambda x, a, b: torch.ones_like(x),
     aten.softplus.default: lambda x, a, b: F.softplus(x, beta=2, threshold=5),
-    aten._softmax_backward_data.default: lambda x, a, b: (
-        aten._softmax_backward_data(x, torch.softmax(a, 0), 0, torch.float32)
+    aten._softmax_backward_data.default: lambda x, a, b: aten._softmax_backward_data(
+        x, torch.softmax(a, 0), 0, torch.float32
     ),
     aten._log_softmax_backward_data.default: lambda x, a, b: (
         aten._log_softmax_backward_data(x, torch.log_softmax(a, 0), 0, torch.float32)

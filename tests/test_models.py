@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from helpers import DEVICES
+
 from minductor.capture import record_compiled
 
 pytestmark = pytest.mark.e2e
@@ -277,7 +277,13 @@ def test_recurrent_cells_train_like_eager(device):
     model = Recurrent().to(device)
     # on a GPU the cells' pointwise parts are ATen's fused CUDA kernels, which have no
     # decomposition: they fall back (logged), their matmuls are still ours
-    allowed = set() if device == "cpu" else {"_thnn_fused_gru_cell", "_thnn_fused_lstm_cell"}
+    fused = [
+        "aten._thnn_fused_gru_cell.default",
+        "aten._thnn_fused_lstm_cell.default",
+        "aten._thnn_fused_gru_cell_backward.default",
+        "aten._thnn_fused_lstm_cell_backward_impl.default",
+    ]
+    allowed = set() if device == "cpu" else set(fused)
     shape = train_and_compare(model, sequence_batches(device), sgd, allowed)
     if device == "cpu":
         assert tuple(k for k, _ in shape) == KERNELS["recurrent"], shape
