@@ -2148,9 +2148,13 @@ class GraphLowering(torch.fx.Interpreter):
         def fix(value, name, fx_arg):
             if name in written or not isinstance(value, Buffer):
                 return value
+            if not isinstance(value.layout, FixedLayout):
+                return value
             meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
             if not isinstance(meta, torch.Tensor):
                 return value
+            if tuple(as_exprs(meta.size())) != tuple(value.get_size()):
+                return value  # not the graph's argument at this place
             return self.require_strides(value, as_exprs(meta.stride()))
 
         args = tuple(
@@ -2163,8 +2167,6 @@ class GraphLowering(torch.fx.Interpreter):
     def require_strides(self, buf: Buffer, stride: tuple[sympy.Expr, ...]) -> Buffer:
         """buf, or a copy of it with these strides (sizes of 1 do not count)."""
         layout = buf.layout
-        if not isinstance(layout, FixedLayout):
-            return buf
         pairs = zip(layout.size, layout.stride, stride)
         if all(n == 1 or s == want for n, s, want in pairs):
             return buf
