@@ -2146,9 +2146,8 @@ class GraphLowering(torch.fx.Interpreter):
         }
 
         def fix(value, name, fx_arg):
-            if name in written or not isinstance(value, Buffer):
-                return value
-            if not isinstance(value.layout, FixedLayout):
+            fixed = isinstance(value, Buffer) and isinstance(value.layout, FixedLayout)
+            if name in written or not fixed:
                 return value
             meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
             if not isinstance(meta, torch.Tensor):
