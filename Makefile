@@ -1,10 +1,10 @@
-# minductor: `make demo`, `make test`, `make docs`, `make tangle`.
+# minductor: `make demo`, `make test`, `make docs`, `make tangle`, `make site-check`.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 TRITON_INTERPRET=1
 
-.PHONY: install demo test docs tangle clean
+.PHONY: install demo test docs site-check tangle clean
 
 install: $(STAMP)
 
@@ -25,9 +25,18 @@ test: $(STAMP)
 	$(PY) tools/make_stubs.py --check
 	$(PY) -m pytest -q
 	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
+	$(PY) tools/check_exec_output.py site
 
 docs: $(STAMP)
 	$(DOCS_ENV) $(VENV)/bin/mkdocs serve
+
+# The built site in headless Chromium with no network: the preface's diagram is an SVG,
+# no page logs a JavaScript error or requests anything off localhost. Not in `make test`
+# (CI has no browser); CHROMIUM=/path/to/chromium if it is not on PATH.
+CHROMIUM ?= chromium
+site-check: $(STAMP)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
+	$(PY) tools/site_check.py --site site --chromium $(CHROMIUM)
 
 tangle: $(STAMP)
 	$(PY) tools/tangle.py

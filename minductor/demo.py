@@ -15,42 +15,41 @@ def gelu_residual(x, bias):
     return torch.nn.functional.gelu(x + bias) * 0.5 + x
 
 
-def run(fn, *args) -> None:
+def run(fn, *args) -> tuple[str, bool]:
+    """Compile and run `fn`; report its kernels, its `call`, the check against eager."""
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="minductor")
     with record_compiled() as graphs:
         result = compiled(*args)
     expected = fn(*args)
     error = (result - expected).abs().max().item()
-    print(
-        f"=== {fn.__name__}: {len(graphs[0].kernel_names)} kernel(s) "
-        f"{graphs[0].kernel_names}"
-    )
-    source = graphs[0].source
-    for name in graphs[0].kernel_names:
+    names, source = graphs[0].kernel_names, graphs[0].source
+    lines = [f"=== {fn.__name__}: {len(names)} kernel(s) {names}"]
+    for name in names:
         start = source.index("@triton.jit\ndef " + name)
-        print(source[start : source.index("\n\n", start)])
-    print(source[source.index("def call") : source.index("def benchmark")].rstrip())
+        lines.append(source[start : source.index("\n\n", start)])
+    call = source[source.index("def call") : source.index("def benchmark")]
+    lines.append(call.rstrip())
     ok = torch.allclose(result, expected, atol=1e-5, rtol=1e-5)
-    print(
-        f"check against eager: max abs error {error:.2e} -> "
-        f"{'OK' if ok else 'MISMATCH'}"
-    )
-    if not ok:
-        raise SystemExit(1)
+    verdict = "OK" if ok else "MISMATCH"
+    lines.append(f"check against eager: max abs error {error:.2e} -> {verdict}")
+    return "\n".join(lines), ok
 
 
-def main() -> None:
+def main() -> str:
+    """The demo's report, as text (the caller prints it); raises on a mismatch."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     mode = (
         "real Triton on the GPU" if device == "cuda" else "Triton's interpreter on CPU"
     )
-    print(f"minductor demo on {device} ({mode})")
     a, b, c = (torch.randn(33, 65, device=device) for _ in range(3))
-    run(add_mul, a, b, c)
     x, bias = torch.randn(33, 65, device=device), torch.randn(65, device=device)
-    run(gelu_residual, x, bias)
+    reports, oks = zip(run(add_mul, a, b, c), run(gelu_residual, x, bias))
+    report = "\n".join([f"minductor demo on {device} ({mode})", *reports])
+    if not all(oks):
+        raise RuntimeError(f"compiled result differs from eager:\n{report}")
+    return report
 
 
 if __name__ == "__main__":
-    main()
+    print(main())

@@ -1,4 +1,5 @@
-"""mkdocs hooks: publish the learner stubs exercises/ex*.py as site pages.
+"""mkdocs hooks: publish the learner stubs exercises/ex*.py as site pages, and mark
+the HTML of markdown-exec blocks so that tools/check_exec_output.py can find it.
 
 docs_dir is chapters/, and mkdocs cannot use the repository root as docs_dir, so
 the top-level stubs are added to the file collection here, as exercises/exNN_*.py,
@@ -7,6 +8,7 @@ solutions (exercises/solutions/) are never published. `mkdocs serve` also watche
 exercises/ and minductor/, whose changes alter pages.
 """
 
+from html import escape
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -27,6 +29,30 @@ def on_files(files, config):
                 File(path, str(root), config["site_dir"], config["use_directory_urls"])
             )
     return files
+
+
+@event_priority(-100)  # after markdown-exec's on_config has added its fences
+def on_config(config):
+    """Wrap each markdown-exec block's HTML in <div class="md-exec" data-source="...">.
+
+    markdown-exec renders a block's output as an ordinary code block, which nothing in
+    the HTML tells apart from the others; the wrapper (data-source: the block's `source`
+    option, which says where its source is shown) lets the checker find the outputs.
+    """
+    fences = config.mdx_configs.get("pymdownx.superfences", {}).get("custom_fences", [])
+    for fence in fences:
+        if fence["format"].__module__.startswith("markdown_exec"):
+            fence["format"] = mark_exec(fence["format"])
+    return config
+
+
+def mark_exec(fmt):
+    def marked(source, language, css_class, options, md, **kwargs):
+        html = fmt(source, language, css_class, options, md, **kwargs)
+        where = escape(options.get("source", ""))
+        return f'<div class="md-exec" data-source="{where}">\n{html}\n</div>'
+
+    return marked
 
 
 def on_serve(server, config, builder):
