@@ -12,6 +12,16 @@ if "TRITON_INTERPRET" not in os.environ:
 from minductor.capture import compile_fx, minductor_backend, run_and_get_code  # noqa: E402
 from minductor.config import config  # noqa: E402
 
+# every lowering module registers its ops into minductor.lowering.lowerings on import
+from minductor import (  # noqa: E402, F401
+    lowering,  # ch. 6: the registry, GraphLowering, pointwise ops, constants
+    factories,  # ch. 7: zeros/ones/*_like, arange, linspace, rand/randn
+    views,  # ch. 8: views, reshape, flip/roll/repeat, pad, slice scatters, cat
+    reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss
+    indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
+    extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
+)
+
 
 def _register() -> None:
     from torch._dynamo.backends import registry

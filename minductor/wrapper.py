@@ -1,4 +1,4 @@
-# generated from chapters/09_wrapper.md — edit there
+# generated from chapters/14_wrapper.md — edit there
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from minductor.ir import (
     Pointwise,
     ReinterpretBuffer,
 )
+from minductor.extern import EXTERN_OUT
 from minductor.lowering import (
-    EXTERN_OUT,
     GraphLowering,
     MixedDeviceError,
     _check_devices,

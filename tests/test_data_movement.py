@@ -7,7 +7,7 @@ import torch
 from helpers import DEVICES, INTERPRET, run
 from minductor.capture import record_compiled
 
-pytestmark = pytest.mark.ch06
+pytestmark = pytest.mark.ch08
 
 
 def compiled(fn, *args):

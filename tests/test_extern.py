@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import DEVICES, randn, run
 from minductor.capture import record_compiled
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ch06]
+pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
 
 MATMULS = {
     "mm_odd": (lambda a, b: a @ b, [(5, 7), (7, 3)]),

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from helpers import DEVICES, INTERPRET, run
 from minductor.capture import record_compiled
-from minductor.lowering import reshape_reindex, view_strides
+from minductor.views import reshape_reindex, view_strides
 from minductor.sizevars import flat_index, contiguous_strides
 
-pytestmark = pytest.mark.ch06
+pytestmark = pytest.mark.ch08
 
 FAST = settings(max_examples=40, deadline=None)
 

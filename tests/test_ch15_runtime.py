@@ -1,4 +1,4 @@
-"""Chapter 10: loading generated modules, launching kernels, the runtime helpers."""
+"""Chapter 15: loading generated modules, launching kernels, the runtime helpers."""
 
 import os
 import uuid
@@ -21,7 +21,7 @@ from minductor.runtime import (
     rand_strided,
 )
 
-pytestmark = pytest.mark.ch10
+pytestmark = pytest.mark.ch15
 
 # real kernels run on CPU tensors in the interpreter, or on a GPU
 DEVICE = "cpu" if interpret_mode() else "cuda"

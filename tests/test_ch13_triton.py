@@ -1,4 +1,4 @@
-"""Chapter 8: Triton kernels from scheduler nodes, and the interpreter helpers.
+"""Chapter 13: Triton kernels from scheduler nodes, and the interpreter helpers.
 
 Kernel text is pinned (golden snippets); every op of the math table is run as a
 generated kernel in Triton's interpreter and compared with the table's own PyTorch
@@ -33,7 +33,7 @@ from minductor.ops import MATH_OPS, ops
 from minductor.runtime import interpret_mode, launch, load_module
 from minductor.scheduler import Scheduler, SchedulerNode
 
-pytestmark = pytest.mark.ch08
+pytestmark = pytest.mark.ch13
 
 cpu = torch.device("cpu")
 inf, nan = float("inf"), float("nan")

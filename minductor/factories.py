@@ -1,0 +1,204 @@
+# generated from chapters/07_factories.md — edit there
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from minductor.ir import (
+    Buffer,
+    FallbackKernel,
+    FixedLayout,
+    Pointwise,
+    TensorBox,
+    as_exprs,
+)
+from minductor.lowering import (
+    SUPPORTED_DTYPES,
+    Unsupported,
+    _constant_box,
+    _scalar,
+    aten,
+    prims,
+    register_lowering,
+)
+from minductor.ops import ops
+from minductor.sizevars import FloorDiv, contiguous_strides, flat_index
+
+
+def _factory(value: int) -> Callable[..., TensorBox]:
+    def lowering(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+        return _constant_box(value, size, dtype or torch.get_default_dtype(), device)
+
+    return lowering
+
+
+register_lowering(aten.zeros)(_factory(0))
+register_lowering(aten.ones)(_factory(1))
+
+
+def _new(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
+    def lowering(x, size, *args, dtype=None, layout=None, device=None, pin_memory=None):
+        dtype, device = dtype or x.get_dtype(), device or x.get_device()
+        return _constant_box(value_of(args), size, dtype, device)
+
+    return lowering
+
+
+register_lowering(aten.new_zeros)(_new(lambda args: 0))
+register_lowering(aten.new_ones)(_new(lambda args: 1))
+register_lowering(aten.new_full)(_new(lambda args: args[0]))
+
+
+def _like(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
+    def lowering(x, *args, dtype=None, device=None, memory_format=None, **unused):
+        dtype, device = dtype or x.get_dtype(), device or x.get_device()
+        return _constant_box(value_of(args), x.get_size(), dtype, device)
+
+    return lowering
+
+
+register_lowering(aten.zeros_like)(_like(lambda args: 0))
+register_lowering(aten.ones_like)(_like(lambda args: 1))
+register_lowering(aten.full_like)(_like(lambda args: args[0]))
+
+
+def _numbers(*values: Any) -> bool:
+    """True if all are integers (ints or integer sizes such as s0), False if some are
+    floats; anything else is declined."""
+
+    def is_int(v: Any) -> bool:
+        if type(v) in (int, float):
+            return type(v) is int
+        if isinstance(v, sympy.Expr) and v.is_integer:
+            return True
+        raise Unsupported(f"a range over {values}")  # a bool, a tensor
+
+    return all([is_int(v) for v in values])
+
+
+def _float_compute(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _affine(first: Any, step: Any, i: Any, compute: torch.dtype) -> Any:
+    """first + step * i, with i an int64 value, computed in `compute`."""
+    if compute != torch.int64:
+        i = ops.to_dtype(i, compute)
+    scaled = ops.mul(_scalar(step, compute), i)
+    return ops.add(_scalar(first, compute), scaled)
+
+
+def _range_box(length: int, dtype, device, at: Callable[[Any], Any]) -> TensorBox:
+    """A 1-d tensor whose element i is at(i): a body over the index, loading nothing."""
+    if dtype not in SUPPORTED_DTYPES or dtype == torch.bool:
+        raise Unsupported(f"a range of {dtype}")
+    device = torch.device(device or "cpu")
+
+    def inner_fn(index):
+        return ops.to_dtype(at(ops.index_expr(index[0], torch.int64)), dtype)
+
+    return TensorBox(Pointwise(device, dtype, inner_fn, as_exprs([length])))
+
+
+@register_lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def arange(*bounds, dtype=None, layout=None, device=None, pin_memory=None):
+    if len(bounds) == 1:
+        bounds = (0, *bounds)
+    start, end, step = (*bounds, 1)[:3]
+    integers = _numbers(start, end, step)
+    dtype = dtype or (torch.int64 if integers else torch.get_default_dtype())
+    symbolic = any(isinstance(b, sympy.Expr) for b in (start, end, step))
+    if symbolic and not (integers and isinstance(step, int)):
+        raise Unsupported(f"arange over {bounds}: a symbolic step, or float bounds")
+    if symbolic:  # the same ceiling, for a step of either sign
+        size = end - start if step > 0 else start - end
+        length, compute = FloorDiv(size + abs(step) - 1, abs(step)), torch.int64
+    elif integers:
+        length, compute = -((start - end) // step), torch.int64  # an exact ceil
+    elif dtype.is_floating_point:
+        length, compute = math.ceil((end - start) / step), _float_compute(dtype)
+    else:  # ATen truncates the bounds first, with length rules of its own
+        raise Unsupported(f"arange of {dtype} with bounds {bounds}")
+    at = lambda i: _affine(start, step, i, compute)  # noqa: E731
+    return _range_box(sympy.Max(length, 0), dtype, device, at)
+
+
+@register_lowering(prims.iota)
+def iota(length, *, start, step, dtype, device, requires_grad=False):
+    _numbers(length, start, step)
+    at = lambda i: _affine(start, step, i, torch.int64)  # noqa: E731
+    return _range_box(length, dtype, device, at)
+
+
+@register_lowering(aten.linspace.default)
+def linspace(
+    start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None
+):
+    _numbers(start, end, steps)
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point:  # eager truncates a float it computes per device
+        raise Unsupported(f"linspace of {dtype}")
+    if steps <= 1:  # no step to take: empty, or just start
+        return _constant_box(start, [steps], dtype, device)
+    compute, step = _float_compute(dtype), (end - start) / (steps - 1)
+
+    def at(i):
+        up = _affine(start, step, i, compute)
+        back = ops.sub(ops.constant(steps - 1, torch.int64), i)  # points left to end
+        down = _affine(end, -step, back, compute)
+        return ops.where(ops.lt(i, ops.constant(steps // 2, torch.int64)), up, down)
+
+    return _range_box(steps, dtype, device, at)
+
+
+def _seed_buffer(graph: Any, device: torch.device) -> Buffer:
+    """One int64, drawn by ATen from torch's generator on `device` at every call."""
+    layout = FixedLayout.contiguous(device, torch.int64, (1,))
+    args, kwargs = (0, 2**63 - 1, [1]), {"dtype": torch.int64, "device": device}
+    name = graph.new_buffer_name()
+    seed = FallbackKernel(name, layout, aten.randint.low, args, kwargs)
+    graph.register_buffer(seed)  # not graph.fallback: no op of the graph fell back
+    return seed
+
+
+def _random(graph, mode: str, size, dtype, device, generator) -> TensorBox:
+    if generator is not None:
+        raise Unsupported("an explicit torch.Generator: its state is outside the graph")
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point or dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"{mode} of {dtype}")
+    device = torch.device(device or "cpu")
+    load_seed = _seed_buffer(graph, device).make_loader()
+    ranges = as_exprs(size)
+    strides = contiguous_strides(ranges)
+    below_one = 1 - torch.finfo(dtype).eps / 2  # the largest value under 1
+
+    def inner_fn(index):
+        seed = load_seed([sympy.Integer(0)])
+        offset = ops.index_expr(flat_index(index, strides), torch.int64)
+        value = getattr(ops, mode)(seed, offset)
+        if dtype == torch.float32:
+            return value
+        value = ops.to_dtype(value, dtype)
+        if mode == "rand" and dtype in (torch.float16, torch.bfloat16):
+            value = ops.minimum(value, ops.constant(below_one, dtype))
+        return value
+
+    box = TensorBox(Pointwise(device, dtype, inner_fn, ranges))
+    graph.realize_intermediate(box)  # computed once, however many read it
+    return box
+
+
+# (layout and pin_memory change nothing a kernel does)
+@register_lowering(aten.rand.default, aten.rand.generator, graph=True)
+def rand(graph, size, *, generator=None, dtype=None, device=None, **ignored):
+    return _random(graph, "rand", size, dtype, device, generator)
+
+
+@register_lowering(aten.randn.default, aten.randn.generator, graph=True)
+def randn(graph, size, *, generator=None, dtype=None, device=None, **ignored):
+    return _random(graph, "randn", size, dtype, device, generator)

@@ -1,0 +1,362 @@
+# generated from chapters/09_reductions.md — edit there
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from minductor.ir import Index, Pointwise, Reduction, TensorBox
+from minductor.lowering import (
+    SUPPORTED_DTYPES,
+    GraphLowering,
+    Unsupported,
+    _constant_box,
+    _convert,
+    _is_float,
+    _origins,
+    _scalar,
+    aten,
+    converting_loader,
+    pointwise,
+    reduction_passes,
+    register_lowering,
+)
+from minductor.ops import ops
+from minductor.sizevars import (
+    ModularIndexing,
+    contiguous_strides,
+    flat_index,
+    product,
+)
+
+
+def _reduced_dims(ndim: int, dims: Any) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % max(ndim, 1) for d in dims})
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def make_reduction(
+    x: TensorBox,
+    dims: Any,
+    keepdim: bool,
+    reduction_type: str,
+    dtype: torch.dtype,
+    acc_dtype: torch.dtype,
+    value_fn: Callable[[Any, Index], Any] | None = None,
+    output_index: int = 0,
+) -> TensorBox:
+    if x.get_dtype() not in SUPPORTED_DTYPES or dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"reduction of {x.get_dtype()} to {dtype}")
+    size = x.get_size()
+    ndim = len(size)
+    reduced = _reduced_dims(ndim, dims)
+    kept = [d for d in range(ndim) if d not in reduced]
+    if keepdim:
+        ranges = tuple(
+            sympy.Integer(1) if d in reduced else size[d] for d in range(ndim)
+        )
+    else:
+        ranges = tuple(size[d] for d in kept)
+    outer = bool(kept) and max(reduced) < min(kept)  # reduces rows
+    reduction_ranges = tuple(size[d] for d in reduced)
+    if reduction_type not in ("sum", "prod") and 0 in reduction_ranges:
+        raise Unsupported(f"{reduction_type} over zero elements")
+    loader = x.make_loader()
+
+    def inner_fn(index, rindex):
+        full: list[Any] = [None] * ndim
+        outer = [index[d] for d in kept] if keepdim else list(index)
+        for d, i in zip(kept, outer):
+            full[d] = i
+        for d, r in zip(reduced, rindex):
+            full[d] = r
+        value = loader(full)
+        if value_fn is not None:
+            return value_fn(value, rindex)
+        if x.get_dtype() != acc_dtype:
+            value = ops.to_dtype(value, acc_dtype)
+        return value
+
+    return TensorBox(
+        Reduction(
+            x.get_device(),
+            dtype,
+            inner_fn,
+            ranges,
+            reduction_ranges,
+            reduction_type,
+            acc_dtype,
+            _origins([x]),
+            output_index,
+            "outer" if outer else "inner",
+        )
+    )
+
+
+def _sum_dtype(x: TensorBox, dtype: torch.dtype | None) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    return x.get_dtype() if _is_float(x.get_dtype()) else torch.int64
+
+
+@register_lowering(aten.sum.default, aten.sum.dim_IntList)
+def sum_(x, dim=None, keepdim=False, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_reduction(x, dim, keepdim, "sum", out, _accumulator(out))
+
+
+@register_lowering(aten.prod.default, aten.prod.dim_int)
+def prod(x, dim=None, keepdim=False, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_reduction(x, dim, keepdim, "prod", out, _accumulator(out))
+
+
+def _extremum(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        if x.get_dtype() == torch.bool:
+            raise Unsupported(f"{reduction_type} of bool")
+        acc = _accumulator(x.get_dtype())
+        return make_reduction(x, dim, keepdim, reduction_type, x.get_dtype(), acc)
+
+    return lowering
+
+
+register_lowering(aten.amax.default, aten.max.default)(_extremum("max"))
+register_lowering(aten.amin.default, aten.min.default)(_extremum("min"))
+
+
+def _truth(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        def nonzero(v, rindex):
+            return ops.to_dtype(ops.ne(v, ops.constant(0, x.get_dtype())), torch.int8)
+
+        return make_reduction(
+            x, dim, keepdim, reduction_type, torch.bool, torch.int8, value_fn=nonzero
+        )
+
+    return lowering
+
+
+register_lowering(aten.any.default, aten.any.dim, aten.any.dims)(_truth("max"))
+register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
+
+
+SPLITTABLE = ("sum", "prod", "max", "min")
+
+
+def split_count(reduction: Reduction) -> int:
+    """Into how many pieces to cut each reduced row (1: reduce in one stage)."""
+    numel, rnumel = product(reduction.ranges), product(reduction.reduction_ranges)
+    static = isinstance(numel, sympy.Integer) and isinstance(rnumel, sympy.Integer)
+    if reduction.reduction_type not in SPLITTABLE or not static:
+        return 1
+    numel, rnumel = int(numel), int(rnumel)
+    if numel * rnumel < 2**18:
+        return 1
+    outer = reduction.reduction_hint == "outer"
+    programs = max(1, numel // 16) if outer else numel
+    splits = 1
+    while programs * splits < 1024 and rnumel % (2 * splits) == 0:
+        if rnumel // (2 * splits) < 256:
+            break
+        splits *= 2
+    return splits
+
+
+def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
+    """Replace box's reduction by a second stage over a realized first stage."""
+    red = box.data
+    splits = split_count(red)
+    if splits == 1:
+        return
+    rsizes = red.reduction_ranges
+    piece = product(rsizes) // splits
+    rstrides = contiguous_strides(rsizes)
+
+    def first_fn(index, rindex):
+        flat = index[0] * piece + rindex[0]  # the position in the whole reduced row
+        digits = [ModularIndexing(flat, s, n) for s, n in zip(rstrides, rsizes)]
+        return red.inner_fn(index[1:], digits)
+
+    first = dataclasses.replace(
+        red,
+        dtype=red.src_dtype,
+        inner_fn=first_fn,
+        ranges=(sympy.Integer(splits), *red.ranges),
+        reduction_ranges=(piece,),
+    )
+    load = TensorBox(first).realize(graph).make_loader()
+
+    def second_fn(index, rindex):
+        return load([rindex[0], *index])
+
+    box.data = dataclasses.replace(
+        red, inner_fn=second_fn, reduction_ranges=(sympy.Integer(splits),)
+    )
+
+
+reduction_passes.append(split_reduction)
+
+
+def _arg_extremum(reduction_type: str) -> Callable[..., TensorBox]:
+    def lowering(x, dim=None, keepdim=False):
+        if x.get_dtype() == torch.bool:
+            raise Unsupported(f"{reduction_type} of bool")
+        acc = _accumulator(x.get_dtype())
+        size = x.get_size()
+        rsizes = [size[d] for d in _reduced_dims(len(size), dim)]
+
+        def with_position(value, rindex):
+            position = flat_index(rindex, contiguous_strides(rsizes))
+            value = ops.to_dtype(value, acc) if acc != x.get_dtype() else value
+            return value, ops.index_expr(position, torch.int64)
+
+        return make_reduction(
+            x, dim, keepdim, reduction_type, torch.int64, acc, value_fn=with_position
+        )
+
+    return lowering
+
+
+register_lowering(aten.argmax)(_arg_extremum("argmax"))
+register_lowering(aten.argmin)(_arg_extremum("argmin"))
+
+
+@register_lowering(aten.max.dim)
+def max_dim(x, dim, keepdim=False):
+    return _extremum("max")(x, dim, keepdim), _arg_extremum("argmax")(x, dim, keepdim)
+
+
+@register_lowering(aten.min.dim)
+def min_dim(x, dim, keepdim=False):
+    return _extremum("min")(x, dim, keepdim), _arg_extremum("argmin")(x, dim, keepdim)
+
+
+def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]:
+    """The mean and m2 of x over dims (both realized), and the count."""
+    if not _is_float(x.get_dtype()):
+        raise Unsupported(f"variance of {x.get_dtype()}")
+    acc = _accumulator(x.get_dtype())
+    size = x.get_size()
+    count = product([size[d] for d in _reduced_dims(len(size), dims)])
+    # the mean is stored in x's dtype; m2 stays in the accumulator's for the variance
+    mean, m2 = (
+        make_reduction(x, dims, keepdim, "welford_reduce", out, acc, output_index=k)
+        for k, out in ((0, x.get_dtype()), (1, acc))
+    )
+    for box in (mean, m2):
+        graph.realize_intermediate(box)
+    return mean, m2, count
+
+
+def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:
+    acc = m2.get_dtype()
+    correction = 1 if correction is None else correction
+    denominator = sympy.Max(0, count - sympy.nsimplify(correction))
+
+    def finish(m):  # a symbolic count, max(0, s0 - 1), is computed in the kernel
+        var = ops.truediv(m, _scalar(denominator, acc))
+        return ops.sqrt(var) if root else var
+
+    return pointwise(finish, [m2], dtypes=(acc, x.get_dtype()))
+
+
+def _moments(root: bool, with_mean: bool) -> Callable[..., Any]:
+    def lowering(graph, x, dim=None, *, correction=None, keepdim=False):
+        mean, m2, count = _welford(graph, x, dim, keepdim)
+        spread = _variance(x, m2, count, correction, root)
+        if not with_mean:
+            return spread
+        return spread, mean
+
+    return lowering
+
+
+register_lowering(aten.var.correction, graph=True)(_moments(False, False))
+register_lowering(aten.std.correction, graph=True)(_moments(True, False))
+register_lowering(aten.var_mean.correction, graph=True)(_moments(False, True))
+register_lowering(aten.std_mean.correction, graph=True)(_moments(True, True))
+
+
+@register_lowering(aten.nll_loss_forward, graph=True)
+def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
+    if len(x.get_size()) != 2 or not _is_float(x.get_dtype()):
+        raise Unsupported("nll_loss over a batch of float rows only")
+    acc = _accumulator(x.get_dtype())
+    classes = int(x.get_size()[1])
+    long = torch.int64
+    load_x = converting_loader(x, x.get_size(), acc)
+    load_t = converting_loader(target, target.get_size(), long)
+    if weight is not None:
+        load_w = converting_loader(weight, weight.get_size(), acc)
+
+    def counts(t):  # 1 for a row that is not ignored
+        return ops.ne(t, ops.constant(ignore_index, long))
+
+    def picked(index, rindex, of_loss: bool):
+        (n,), (c,) = index, rindex
+        t = load_t([n])
+        hit = ops.logical_and(ops.eq(ops.index_expr(c, long), t), counts(t))
+        value = ops.constant(1.0, acc) if weight is None else load_w([c])
+        if of_loss:
+            value = ops.mul(ops.neg(load_x([n, c])), value)
+        return ops.where(hit, value, ops.constant(0.0, acc))
+
+    def over_classes(of_loss: bool) -> TensorBox:
+        box = TensorBox(
+            Reduction(
+                x.get_device(),
+                acc,
+                lambda index, rindex: picked(index, rindex, of_loss),
+                x.get_size()[:1],
+                x.get_size()[1:],
+                "sum",
+                acc,
+                _origins([x]),
+            )
+        )
+        graph.realize_intermediate(box)
+        return box
+
+    def per_row(fn: Callable[[Index], Any]) -> TensorBox:
+        size = x.get_size()[:1]
+        return TensorBox(Pointwise(x.get_device(), acc, fn, size, _origins([x])))
+
+    load_loss = over_classes(True).make_loader()
+
+    def checked(index):  # a target neither a class nor ignore_index: NaN, see above
+        t = load_t(index)
+        outside = ops.logical_or(
+            ops.lt(t, ops.constant(0, long)), ops.ge(t, ops.constant(classes, long))
+        )
+        bad = ops.logical_and(outside, counts(t))
+        return ops.where(bad, ops.constant(float("nan"), acc), load_loss(index))
+
+    losses = per_row(checked)
+    if weight is None:
+        counted = per_row(lambda index: ops.to_dtype(counts(load_t(index)), acc))
+    else:
+        counted = over_classes(False)
+    if reduction == 0:  # "none"
+        zero = _constant_box(0.0, (), x.get_dtype(), x.get_device())
+        return _convert(losses, x.get_dtype()), zero
+    total = make_reduction(losses, [0], False, "sum", acc, acc)
+    total_weight = make_reduction(counted, [0], False, "sum", acc, acc)
+    for box in (total, total_weight):
+        graph.realize_intermediate(box)
+    if reduction == 2:  # "sum"
+        loss = _convert(total, x.get_dtype())
+    else:
+        dtypes = (acc, x.get_dtype())
+        loss = pointwise(ops.truediv, [total, total_weight], dtypes=dtypes)
+    return loss, _convert(total_weight, x.get_dtype())
