@@ -15,7 +15,7 @@ from minductor.config import config  # noqa: E402
 # every lowering module registers its ops into minductor.lowering.lowerings on import
 from minductor import (  # noqa: E402, F401
     lowering,  # ch. 6: the registry, GraphLowering, pointwise ops, constants
-    factories,  # ch. 7: zeros/ones/*_like, arange, linspace, rand/randn
+    factories,  # ch. 7: full/zeros/*_like, copies, conversions, arange, rand
     views,  # ch. 8: views, reshape, flip/roll/repeat, pad, slice scatters, cat
     reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss
     indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_

@@ -367,6 +367,9 @@ _BORROWED = [
     aten.masked_fill,  # a where
     aten.index_add,  # index_select's backward: an accumulating index_put
     aten.nll_loss_backward,
+    # softmax that gives 0, not NaN, on a row masked out entirely (every score -inf):
+    # what attention's math path calls; a softmax, a test of the row and a where
+    aten._safe_softmax,
 ]
 
 

@@ -20,13 +20,75 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
     _constant_box,
+    _origins,
     _scalar,
     aten,
+    converting_loader,
+    pointwise,
     prims,
     register_lowering,
 )
 from minductor.ops import ops
 from minductor.sizevars import FloorDiv, contiguous_strides, flat_index
+
+
+@register_lowering(aten.full)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _constant_box(fill_value, size, dtype, device)
+
+
+@register_lowering(aten.scalar_tensor)
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _constant_box(value, (), dtype or torch.get_default_dtype(), device)
+
+
+@register_lowering(aten.clone, aten.lift_fresh_copy)
+def clone(x, *, memory_format=None):
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unsupported(f"clone to {memory_format}")
+    return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
+
+
+@register_lowering(aten.copy)
+def copy(x, src, non_blocking=False):
+    """The functional copy_: src, broadcast to x's shape and converted to its dtype."""
+    if src.get_device() != x.get_device():
+        raise Unsupported("copy between devices")
+    load = converting_loader(src, x.get_size(), x.get_dtype())
+    return TensorBox(
+        Pointwise(x.get_device(), x.get_dtype(), load, x.get_size(), _origins([src]))
+    )
+
+
+def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+    return pointwise(
+        lambda v: ops.to_dtype(v, dtype), [x], dtypes=(x.get_dtype(), dtype)
+    )
+
+
+@register_lowering(aten._to_copy)
+def to_copy(
+    x,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
+    if device is not None and torch.device(device) != x.get_device():
+        raise Unsupported("copy between devices")
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        raise Unsupported(f"copy to {memory_format}")
+    return _convert(x, dtype or x.get_dtype())
+
+
+@register_lowering(prims.convert_element_type)
+def convert_element_type(x, dtype):
+    return _convert(x, dtype)
 
 
 def _factory(value: int) -> Callable[..., TensorBox]:

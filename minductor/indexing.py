@@ -23,10 +23,10 @@ from minductor.lowering import (
     aten,
     broadcast_loader,
     broadcast_shapes,
-    clone,
     converting_loader,
     register_lowering,
 )
+from minductor.factories import clone
 from minductor.ops import ops
 from minductor.sizevars import product
 from minductor.views import view

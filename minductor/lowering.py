@@ -479,65 +479,6 @@ def _constant_box(value, size, dtype, device) -> TensorBox:
     return TensorBox(Pointwise(device, dtype, inner_fn, ranges))
 
 
-@register_lowering(aten.full)
-def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _constant_box(fill_value, size, dtype, device)
-
-
-@register_lowering(aten.scalar_tensor)
-def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _constant_box(value, (), dtype or torch.get_default_dtype(), device)
-
-
-@register_lowering(aten.clone, aten.lift_fresh_copy)
-def clone(x, *, memory_format=None):
-    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
-        raise Unsupported(f"clone to {memory_format}")
-    return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
-
-
-@register_lowering(aten.copy)
-def copy(x, src, non_blocking=False):
-    """The functional copy_: src, broadcast to x's shape and converted to its dtype."""
-    if src.get_device() != x.get_device():
-        raise Unsupported("copy between devices")
-    load = converting_loader(src, x.get_size(), x.get_dtype())
-    return TensorBox(
-        Pointwise(x.get_device(), x.get_dtype(), load, x.get_size(), _origins([src]))
-    )
-
-
-def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
-    if dtype not in SUPPORTED_DTYPES:
-        raise Unsupported(f"dtype {dtype}")
-    return pointwise(
-        lambda v: ops.to_dtype(v, dtype), [x], dtypes=(x.get_dtype(), dtype)
-    )
-
-
-@register_lowering(aten._to_copy)
-def to_copy(
-    x,
-    *,
-    dtype=None,
-    layout=None,
-    device=None,
-    pin_memory=None,
-    non_blocking=False,
-    memory_format=None,
-):
-    if device is not None and torch.device(device) != x.get_device():
-        raise Unsupported("copy between devices")
-    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
-        raise Unsupported(f"copy to {memory_format}")
-    return _convert(x, dtype or x.get_dtype())
-
-
-@register_lowering(prims.convert_element_type)
-def convert_element_type(x, dtype):
-    return _convert(x, dtype)
-
-
 class MixedDeviceError(RuntimeError):
     pass
 
@@ -634,19 +575,34 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(meta, torch.SymInt):  # arithmetic on sizes: the answer is known
             return as_expr(meta)
         lowering = lowerings.get(target)
-        if lowering is not None:
-            try:
-                if getattr(lowering, "wants_graph", False):
-                    return lowering(self, *args, **kwargs)
-                return lowering(*args, **kwargs)
-            except Unsupported as why:
-                return self.fallback(target, args, kwargs, reason=str(why))
-            except TypeError as why:  # int(s0), or s0 < 4 asked of sympy
-                if self.sizevars.shape_env is None:
-                    raise  # with static sizes this is a bug, not a limitation
-                reason = f"needs static sizes: {why}"
-                return self.fallback(target, args, kwargs, reason=reason)
-        return self.fallback(target, args, kwargs, reason="no lowering")
+        if lowering is None:
+            return self.fallback(target, args, kwargs, reason="no lowering")
+        try:
+            if getattr(lowering, "wants_graph", False):
+                result = lowering(self, *args, **kwargs)
+            else:
+                result = lowering(*args, **kwargs)
+        except Unsupported as why:
+            return self.fallback(target, args, kwargs, reason=str(why))
+        except TypeError as why:  # int(s0), or s0 < 4 asked of sympy
+            if self.sizevars.shape_env is None:
+                raise  # with static sizes this is a bug, not a limitation
+            reason = f"needs static sizes: {why}"
+            return self.fallback(target, args, kwargs, reason=reason)
+        elsewhere = self._computed_elsewhere(result)
+        if elsewhere is not None:  # a CPU constant in a CUDA graph: ATen computes it
+            reason = f"computes on {elsewhere}; the graph's kernels on {self.device}"
+            return self.fallback(target, args, kwargs, reason=reason)
+        return result
+
+    def _computed_elsewhere(self, result: Any) -> torch.device | None:
+        """The device of a body in result that the graph's kernels cannot run on."""
+        for box in result if isinstance(result, tuple) else (result,):
+            body = box.data if isinstance(box, TensorBox) else None
+            if isinstance(body, (Pointwise, Reduction)) and self.device is not None:
+                if body.device.type != self.device.type:
+                    return body.device
+        return None
 
     def output(self, target, args, kwargs):
         (results,) = args
@@ -686,6 +642,13 @@ class GraphLowering(torch.fx.Interpreter):
         kwargs = {k: realize(v) for k, v in kwargs.items()}
         args, kwargs = self.exact_strides(target, args, kwargs)
         meta = self.current_node.meta.get("val")
+        if meta is None:  # run for its effect, an assert say: it returns nothing
+            device = self.device or torch.device("cpu")
+            call = FallbackKernel(
+                self.new_buffer_name(), MultiOutputLayout(device), target, args, kwargs
+            )
+            self.register_buffer(call)
+            return None
         if isinstance(meta, torch.Tensor):
             buf = FallbackKernel(
                 self.new_buffer_name(),

@@ -8,13 +8,13 @@ from typing import Any, Callable
 import sympy
 import torch
 
+from minductor.factories import _convert
 from minductor.ir import Index, Pointwise, Reduction, TensorBox
 from minductor.lowering import (
     SUPPORTED_DTYPES,
     GraphLowering,
     Unsupported,
     _constant_box,
-    _convert,
     _is_float,
     _origins,
     _scalar,

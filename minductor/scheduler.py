@@ -578,7 +578,11 @@ class Scheduler:
             dead = [
                 n
                 for n in self.nodes
-                if isinstance(n, SchedulerNode)
+                if (
+                    isinstance(n, SchedulerNode)
+                    or isinstance(n, ExternKernelSchedulerNode)
+                    and isinstance(n.node, MultiOutput)  # picks a result, no more
+                )
                 and n.get_name() not in self.output_names
                 and not users.get(n.get_name())
                 and not mutates_input(n)  # the caller sees its effect

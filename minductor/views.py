@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
+from minductor.factories import clone
 from minductor.ir import (
     ComputedBuffer,
     ConcatBuffer,
@@ -30,7 +31,6 @@ from minductor.lowering import (
     _origins,
     _scalar,
     aten,
-    clone,
     converting_loader,
     register_lowering,
 )

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.config import config
+from minductor.extern import EXTERN_OUT
 from minductor.ir import (
     ComputedBuffer,
     FallbackKernel,
@@ -28,7 +29,6 @@ from minductor.ir import (
     Pointwise,
     ReinterpretBuffer,
 )
-from minductor.extern import EXTERN_OUT
 from minductor.lowering import (
     GraphLowering,
     MixedDeviceError,
@@ -633,3 +633,16 @@ def test_an_op_with_no_aten_fallback_is_a_clear_error():
     next(n for n in gm.graph.nodes if n.op == "call_function").meta["val"] = example
     with pytest.raises(NotImplementedError, match="not_aten.*no lowering"):
         GraphLowering(gm, [example]).lower()
+
+
+def test_a_body_on_another_device_than_the_graph_is_left_to_aten(caplog):
+    """A CPU factory in a graph of another device: no kernel could run it there."""
+
+    def f(x):
+        return x + 1, torch.ones(3)
+
+    x = torch.randn(4, device="meta")
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        graph = GraphLowering(make_fx(f)(x), [x]).lower()
+    assert graph.fallbacks == ["aten.ones.default"]
+    assert "computes on cpu; the graph's kernels on meta" in caplog.text

@@ -1,0 +1,212 @@
+"""Attention through every SDPA backend, and fallbacks whose results are not all there.
+
+ATen's attention kernels return tuples whose schema promises more than a call may give:
+a log-sum-exp only when the backward will need one (CUDA leaves it out, `None` in
+Python), Philox seed and offset tensors, sizes. The wrapper must pick out only the
+results the graph reads (the scheduler drops the others), and each backend, with each
+kind of mask Hugging Face builds and with grouped-query attention, must match eager
+forward and backward. The CPU cases run through the interpreter; the backends are
+CUDA's.
+"""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICES, randn, run
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import minductor  # noqa: F401
+from minductor.capture import record_compiled
+
+pytestmark = pytest.mark.e2e
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+MASKS = ["none", "causal", "additive", "padding"]
+
+
+def attention_inputs(device, dtype, heads=4, kv_heads=4, seq=9, dim=16, grad=False):
+    q = randn(2, heads, seq, dim, device=device, dtype=dtype)
+    k = randn(2, kv_heads, seq, dim, device=device, dtype=dtype)
+    v = randn(2, kv_heads, seq, dim, device=device, dtype=dtype)
+    return [t.requires_grad_(grad) for t in (q, k, v)]
+
+
+def masked_attention(mask: str, gqa: bool = False):
+    def attend(q, k, v):
+        kwargs = {"enable_gqa": True} if gqa else {}
+        seq = q.shape[-2]
+        if mask == "causal":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kwargs)
+        if mask == "additive":  # HF's padding mask: (B, 1, T, S) of 0 or the minimum
+            bias = torch.zeros(q.shape[0], 1, seq, seq, device=q.device, dtype=q.dtype)
+            bias[1, ..., -2:] = torch.finfo(q.dtype).min
+            return F.scaled_dot_product_attention(q, k, v, bias, **kwargs)
+        if mask == "padding":  # a boolean mask per batch row
+            keep = torch.ones(q.shape[0], 1, 1, seq, dtype=torch.bool, device=q.device)
+            keep[1, ..., -3:] = False
+            return F.scaled_dot_product_attention(q, k, v, keep, **kwargs)
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    return attend
+
+
+def eager_or_skip(fn, *args):
+    """Eager's answer, or a skip where this backend refuses these inputs."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:  # "No available kernel", unsupported dtype or mask
+        pytest.skip(f"eager refuses: {str(e).splitlines()[0]}")
+
+
+def check_forward(fn, args, tolerance):
+    with torch.no_grad():
+        expected = eager_or_skip(fn, *args)
+        _, fallbacks = run(fn, *args, atol=tolerance, rtol=tolerance, expected=expected)
+    return fallbacks
+
+
+def check_backward(fn, args, tolerance):
+    def loss(q, k, v):
+        return fn(q, k, v).float().pow(2).sum()
+
+    expected = eager_or_skip(loss, *args)
+    grads = torch.autograd.grad(expected, args)
+    torch._dynamo.reset()
+    copies = [a.detach().clone().requires_grad_() for a in args]
+    got = torch.compile(loss, backend="minductor")(*copies)
+    got_grads = torch.autograd.grad(got, copies)
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+    for g, e in zip(got_grads, grads, strict=True):
+        torch.testing.assert_close(g, e, atol=tolerance * 10, rtol=tolerance * 10)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_cuda_backend_matches_eager_forward_and_backward(backend, mask, dtype):
+    fn = masked_attention(mask)
+    tolerance = 2e-2
+    with sdpa_kernel(BACKENDS[backend]):
+        fallbacks = check_forward(fn, attention_inputs("cuda", dtype), tolerance)
+        check_backward(fn, attention_inputs("cuda", dtype, grad=True), tolerance)
+    assert not [f for f in fallbacks if "attention" in f]  # planned, not fallbacks
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_inference_reads_no_result_the_kernel_left_out(backend):
+    """Under no_grad the CUDA kernels return no log-sum-exp: nothing may pick it."""
+    q, k, v = attention_inputs("cuda", torch.bfloat16, seq=64, dim=64)
+    fn = masked_attention("causal")
+    with sdpa_kernel(BACKENDS[backend]), torch.no_grad():
+        eager_or_skip(fn, q, k, v)
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            out = torch.compile(fn, backend="minductor")(q, k, v)
+        torch.testing.assert_close(out, fn(q, k, v), atol=2e-2, rtol=2e-2)
+    # the attention output is result 0; nothing else may be picked from a result tuple
+    picked = re.findall(r"= (buf\d+\[\d+\])", graphs[0].source)
+    assert all(p.endswith("[0]") for p in picked), picked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mask", MASKS)
+def test_attention_with_hf_masks_matches_eager(device, mask):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tolerance = 1e-4 if device == "cpu" else 2e-2
+    fn = masked_attention(mask)
+    check_forward(fn, attention_inputs(device, dtype), tolerance)
+    check_backward(fn, attention_inputs(device, dtype, grad=True), tolerance)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_query_attention_matches_eager(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tolerance = 1e-4 if device == "cpu" else 2e-2
+    fn = masked_attention("causal", gqa=True)
+    args = attention_inputs(device, dtype, heads=4, kv_heads=2)
+    check_forward(fn, args, tolerance)
+    grad_args = attention_inputs(device, dtype, heads=4, kv_heads=2, grad=True)
+    check_backward(fn, grad_args, tolerance)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_softmax_attention_is_two_matmuls_and_one_kernel(device):
+    """HF's "eager" attention path: matmul, scale, mask, softmax, matmul."""
+
+    def attend(q, k, v, bias):
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias
+        return torch.softmax(scores, dim=-1) @ v
+
+    q, k, v = attention_inputs(device, torch.float32)
+    far = torch.arange(9, device=device) > 6
+    bias = torch.zeros(9, device=device).masked_fill(far, -1e9)
+    with torch.no_grad():
+        kernels, fallbacks = run(attend, q, k, v, bias)
+    assert fallbacks == []
+    assert len(kernels) == 1  # scale, bias and softmax in one kernel between the bmms
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unused_results_of_a_multi_output_fallback_are_not_picked(device):
+    def f(x):
+        return torch.sort(x, 1)[0] + 1  # the indices are never read
+
+    x = randn(4, 7, device=device)
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        torch.testing.assert_close(torch.compile(f, backend="minductor")(x), f(x))
+    source = graphs[0].source
+    assert "buf0[0]" in source and "buf0[1]" not in source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_op_called_for_its_effect_runs_and_returns_nothing(device):
+    """F.one_hot checks its classes with aten._assert_async, which returns nothing."""
+
+    def f(x, idx):
+        return F.one_hot(idx, 5).to(x.dtype) * x
+
+    x = randn(4, 5, device=device)
+    idx = torch.tensor([0, 2, 4, 1], device=device)
+    kernels, fallbacks = run(f, x, idx)
+    assert fallbacks == ["aten._assert_async.msg"] * 2  # 0 <= idx and idx < 5
+    if device == "cpu":  # on a GPU a failed device assert would end the process
+        bad = torch.tensor([0, 2, -1, 1])
+        with pytest.raises(RuntimeError, match="non-negative"):
+            torch.compile(f, backend="minductor")(x, bad)
+
+
+@pytest.mark.cuda
+def test_a_cpu_tensor_literal_moved_to_the_gpu():
+    def f(x):
+        scale = torch.tensor([1.0, 2.0, 3.0]).to(x.device)
+        return x * scale + 1
+
+    x = randn(4, 3, device="cuda")
+    kernels, fallbacks = run(f, x)
+    assert kernels  # the arithmetic is still a kernel on the GPU
+    assert set(fallbacks) <= {"aten.lift_fresh_copy.default", "aten._to_copy.default"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_safe_softmax_is_one_kernel_with_masked_rows_zero(device):
+    """aten._safe_softmax (attention's math path, ViT): a row of -inf gives zeros."""
+
+    def f(x):
+        return torch.ops.aten._safe_softmax(x, -1) * 2
+
+    x = randn(5, 7, device=device)
+    x[1] = float("-inf")
+    x[3, :4] = float("-inf")
+    kernels, fallbacks = run(f, x)
+    assert fallbacks == [] and len(kernels) == 1
+    assert torch.compile(f, backend="minductor")(x)[1].eq(0).all()
