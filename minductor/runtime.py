@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ import torch
 
 from minductor.config import config
 
+log = logging.getLogger("minductor")
 _modules: dict[str, ModuleType] = {}
 
 
@@ -171,12 +173,20 @@ extern_kernels = types.SimpleNamespace(
 )
 
 
-def assert_size_stride(t: torch.Tensor, size: tuple, stride: tuple) -> None:
-    if tuple(t.size()) != size or (t.numel() > 1 and tuple(t.stride()) != stride):
+def restride(t: torch.Tensor | None, size: tuple, stride: tuple) -> torch.Tensor:
+    """t if it has this layout (sizes of 1 aside), else a copy of t that has it."""
+    if t is None:
+        raise AssertionError(f"fallback returned no tensor where {size} is read")
+    if tuple(t.size()) != size:
         raise AssertionError(
             f"fallback returned size {tuple(t.size())} stride {tuple(t.stride())}, "
             f"but the compiled code expects size {size} stride {stride}"
         )
+    pairs = zip(size, t.stride(), stride)
+    if t.numel() <= 1 or all(n == 1 or s == want for n, s, want in pairs):
+        return t
+    log.debug("fallback returned strides %s, copied into %s", t.stride(), stride)
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def rand_strided(size, stride, device="cpu", dtype=torch.float32) -> torch.Tensor:

@@ -108,6 +108,12 @@ def codegen_op(op: Any) -> str:
     return name if name.startswith("aten.") else f"torch.ops.{name}"
 
 
+def restride_line(buf: Buffer) -> str:
+    """The line that gives an ATen result the layout the rest of `call` reads."""
+    size, stride = _tuple(buf.layout.size), _tuple(buf.layout.stride)
+    return f"{buf.name} = restride({buf.name}, {size}, {stride})"
+
+
 @dataclass(frozen=True)
 class ExternCallLine:
     node: FallbackKernel
@@ -117,8 +123,7 @@ class ExternCallLine:
         call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
         if not isinstance(n.layout, FixedLayout):
             return call
-        size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
-        return f"{call}\nassert_size_stride({n.name}, {size}, {stride})"
+        return f"{call}\n{restride_line(n)}"
 
     def uses(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.node.input_buffers())
@@ -148,11 +153,7 @@ class MultiOutputLine:
 
     def codegen(self) -> str:
         n = self.node
-        size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
-        return (
-            f"{n.name} = {n.parent.name}[{n.index}]\n"
-            f"assert_size_stride({n.name}, {size}, {stride})"
-        )
+        return f"{n.name} = {n.parent.name}[{n.index}]\n{restride_line(n)}"
 
     def uses(self) -> tuple[str, ...]:
         return (self.node.parent.name,)
@@ -466,7 +467,7 @@ class WrapperCodeGen:
             "",
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
-            "    assert_size_stride, benchmark, empty_strided, extern_kernels, launch,",
+            "    benchmark, empty_strided, extern_kernels, launch, restride,",
             "    persistent_blocks, rand_strided,",
             ")",
             "",

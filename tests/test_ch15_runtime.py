@@ -1,5 +1,6 @@
 """Chapter 15: loading generated modules, launching kernels, the runtime helpers."""
 
+import logging
 import os
 import uuid
 
@@ -11,7 +12,6 @@ import triton.language as tl
 from minductor import runtime
 from minductor.config import config
 from minductor.runtime import (
-    assert_size_stride,
     benchmark,
     empty_strided,
     interpret_mode,
@@ -19,6 +19,7 @@ from minductor.runtime import (
     load_module,
     module_path,
     rand_strided,
+    restride,
 )
 
 pytestmark = pytest.mark.ch15
@@ -199,7 +200,7 @@ def test_interpret_mode_follows_the_environment(monkeypatch):
     assert not interpret_mode()
 
 
-# --- rand_strided, empty_strided, assert_size_stride ----------------------------------
+# --- rand_strided, empty_strided, restride --------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -247,30 +248,37 @@ def test_empty_strided_is_torchs():
     assert t.stride() == (1, 3) and t.dtype == torch.float16
 
 
-def test_assert_size_stride_accepts_a_match():
+def test_restride_keeps_a_result_that_has_the_layout():
     t = torch.empty(3, 4).t()
-    assert assert_size_stride(t, (4, 3), (1, 4)) is None
-    assert_size_stride(
-        torch.empty(1, 5)[:, :1], (1, 1), (99, 99)
-    )  # stride of 1 element
-    assert_size_stride(torch.empty(0, 3), (0, 3), (7, 7))  # and of no element
+    assert restride(t, (4, 3), (1, 4)) is t
+    one = torch.empty(1, 5)[:, :1]
+    assert restride(one, (1, 1), (99, 99)) is one  # the stride of one element
+    empty = torch.empty(0, 3)
+    assert restride(empty, (0, 3), (7, 7)) is empty  # and of none
+    column = torch.empty(5, 1)
+    assert restride(column, (5, 1), (1, 5)) is column  # a size-1 dim's stride
 
 
-def test_assert_size_stride_explains_a_size_mismatch():
+def test_restride_explains_a_size_mismatch():
     with pytest.raises(AssertionError) as info:
-        assert_size_stride(torch.empty(3, 4), (4, 3), (3, 1))
+        restride(torch.empty(3, 4), (4, 3), (3, 1))
     message = str(info.value)
     assert "size (3, 4) stride (4, 1)" in message
     assert "expects size (4, 3) stride (3, 1)" in message
 
 
-def test_assert_size_stride_explains_a_stride_mismatch():
-    with pytest.raises(
-        AssertionError,
-        match=r"stride \(1, 4\).*expects size \(4, 3\) "
-        r"stride \(3, 1\)",
-    ):
-        assert_size_stride(torch.empty(3, 4).t(), (4, 3), (3, 1))
+def test_restride_copies_a_result_with_other_strides(caplog):
+    t = torch.arange(12.0).reshape(3, 4).t()  # (4, 3) with strides (1, 4)
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        fixed = restride(t, (4, 3), (3, 1))
+    assert fixed.stride() == (3, 1) and torch.equal(fixed, t)
+    assert fixed.data_ptr() != t.data_ptr()
+    assert "returned strides (1, 4), copied into (3, 1)" in caplog.text
+
+
+def test_restride_names_a_missing_result():
+    with pytest.raises(AssertionError, match=r"no tensor where \(2, 3\) is read"):
+        restride(None, (2, 3), (3, 1))
 
 
 # --- benchmark ------------------------------------------------------------------------
