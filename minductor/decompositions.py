@@ -370,6 +370,8 @@ _BORROWED = [
     # softmax that gives 0, not NaN, on a row masked out entirely (every score -inf):
     # what attention's math path calls; a softmax, a test of the row and a where
     aten._safe_softmax,
+    # x[..., 0] = 3 and x.fill_(3): a full_like, or a copy of a 0-dim tensor
+    aten.fill,
 ]
 
 

@@ -411,6 +411,9 @@ TRACED = {
     aten.logsumexp.default: lambda x, a, b: torch.logsumexp(x, 0),
     aten.elu.default: lambda x, a, b: F.elu(x),  # borrowed
     aten.mish.default: lambda x, a, b: F.mish(x),  # borrowed
+    aten._safe_softmax.default: lambda x, a, b: aten._safe_softmax(x, 0),  # borrowed
+    aten.fill.Scalar: lambda x, a, b: aten.fill(x, 3.0),  # borrowed
+    aten.fill.Tensor: lambda x, a, b: aten.fill(x, a[0]),  # borrowed
 }
 
 
