@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+
+import sympy
 import torch
 from torch._ops import OpOverload
 
-from minductor.ir import Buffer, ExternKernelOut, FixedLayout, GenericView, TensorBox
+from minductor.ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternKernelOut,
+    FixedLayout,
+    GenericView,
+    Pointwise,
+    ReinterpretView,
+    TensorBox,
+)
 from minductor.lowering import (
     GraphLowering,
     Unsupported,
@@ -14,7 +26,7 @@ from minductor.lowering import (
     lowerings,
     register_lowering,
 )
-
+from minductor.ops import ops
 
 EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
     aten.mm.default: "extern_kernels.mm",
@@ -33,6 +45,63 @@ def realize_input(graph: GraphLowering, x: TensorBox) -> Buffer:
     return x.realize(graph)
 
 
+PAD_DIMS_FROM = 1024  # elements; shorter dimensions cost little either way
+
+
+def _aligned(n: sympy.Expr, dtype: torch.dtype) -> sympy.Expr:
+    """n, or the next multiple of 16 bytes if n is long and not one."""
+    if not isinstance(n, sympy.Integer) or int(n) < PAD_DIMS_FROM:
+        return n
+    per_16_bytes = 16 // dtype.itemsize
+    return sympy.Integer(-(-int(n) // per_16_bytes) * per_16_bytes)
+
+
+def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
+    """A 2-d x with zeros up to size, stored in x's own memory order."""
+    old, load, dtype = x.get_size(), x.make_loader(), x.get_dtype()
+    device = x.get_device()
+    order = [1, 0] if x.layout.stride[0] == 1 != x.layout.stride[1] else [0, 1]
+    stored = [size[d] for d in order]  # the copy's dimensions, outer first
+
+    def inner_fn(index):
+        at = [index[order.index(d)] for d in range(2)]
+        zero_index = ops.constant(0, torch.int64)
+        inside = [
+            ops.lt(ops.index_expr(at[d] - old[d], torch.int64), zero_index)
+            for d in range(2)
+            if size[d] != old[d]
+        ]
+        value = load([sympy.Min(at[d], old[d] - 1) for d in range(2)])
+        zero = ops.constant(0, dtype)
+        return ops.where(functools.reduce(ops.logical_and, inside), value, zero)
+
+    layout = FixedLayout.contiguous(device, dtype, stored)
+    body = Pointwise(device, dtype, inner_fn, tuple(stored), frozenset({"pad"}))
+    copy = ComputedBuffer(graph.new_buffer_name(), layout, body)
+    graph.register_buffer(copy)
+    stride = [layout.stride[order.index(d)] for d in range(2)]
+    view = FixedLayout(device, dtype, tuple(size), tuple(stride))
+    return TensorBox(ReinterpretView(copy, view)).realize(graph)
+
+
+def padded_mm(graph: GraphLowering, a: Buffer, b: Buffer) -> TensorBox | None:
+    """a @ b over dimensions padded to 16 bytes, or None if none needs it."""
+    (m, k), n, dtype = a.get_size(), b.get_size()[1], a.get_dtype()
+    mp, kp, np_ = (_aligned(d, dtype) for d in (m, k, n))
+    if (mp, kp, np_) == (m, k, n):
+        return None
+    a = padded(graph, a, [mp, kp]) if (mp, kp) != (m, k) else a
+    b = padded(graph, b, [kp, np_]) if (kp, np_) != (k, n) else b
+    device = a.get_device()
+    layout = FixedLayout.contiguous(device, dtype, (mp, np_))
+    name, mm = graph.new_buffer_name(), aten.mm.default
+    out = ExternKernelOut(name, layout, mm, (a, b), {}, kernel=EXTERN_OUT[mm])
+    graph.register_buffer(out)
+    graph.extern_kernels.append(out.kernel)
+    window = FixedLayout(device, dtype, (m, n), layout.stride)
+    return TensorBox(ReinterpretView(out, window))
+
+
 def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
     tensors = [a for a in args if isinstance(a, TensorBox)]
     if not all(t.get_dtype().is_floating_point for t in tensors):
@@ -40,8 +109,9 @@ def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
     args = tuple(
         realize_input(graph, a) if isinstance(a, TensorBox) else a for a in args
     )
-    meta = graph.current_node.meta["val"]
-    layout = FixedLayout.from_tensor(meta)
+    if op == aten.mm.default and (result := padded_mm(graph, *args)) is not None:
+        return result
+    layout = FixedLayout.from_tensor(graph.current_node.meta["val"])
     buf = ExternKernelOut(
         graph.new_buffer_name(), layout, op, args, kwargs, kernel=EXTERN_OUT[op]
     )

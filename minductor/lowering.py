@@ -608,15 +608,27 @@ class GraphLowering(torch.fx.Interpreter):
         (results,) = args
         if not isinstance(results, (tuple, list)):  # make_fx graphs return one value
             results = (results,)
-        for value in results:
+        nodes = self.current_node.args[0]
+        nodes = nodes if isinstance(nodes, (tuple, list)) else (nodes,)
+        for value, node in zip(results, nodes):
             if isinstance(value, TensorBox):
-                self.graph_outputs.append(value.realize(self))
+                self.graph_outputs.append(self._as_eager(value.realize(self), node))
             elif value is None or isinstance(value, sympy.Expr):
                 self.graph_outputs.append(value)
             else:
                 raise NotImplementedError(f"graph output {value!r} is not a tensor")
         return results
 
+
+    def _as_eager(self, buf: Buffer, node: Any) -> Buffer:
+        """An output in eager's strides, where eager's are contiguous and ours not."""
+        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        fixed = isinstance(buf.layout, FixedLayout)
+        if not isinstance(meta, torch.Tensor) or not fixed:
+            return buf
+        if not all(type(s) is int for s in meta.stride()) or not meta.is_contiguous():
+            return buf  # (symbolic strides: left as they are)
+        return self.require_strides(buf, as_exprs(meta.stride()))
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)

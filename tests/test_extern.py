@@ -5,8 +5,8 @@ around them fused into generated kernels."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import DEVICES, randn, run
+
 from minductor.capture import record_compiled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
@@ -146,3 +146,67 @@ def test_matmul_with_dynamic_sizes_compiles_once():
             torch.testing.assert_close(f(a, b), (a @ b).tanh())
     assert len(graphs) == 1 and graphs[0].fallbacks == []
     assert "extern_kernels.mm(" in graphs[0].source
+
+
+PADDED = {
+    "mm then pointwise": (lambda a, b: (a @ b) * 2, [(8, 64), (64, 1027)]),
+    "mm returned": (lambda a, b: a @ b, [(8, 64), (64, 1027)]),
+    "view of mm returned": (
+        lambda a, b: (a @ b).view(2, 4, 1027),
+        [(8, 64), (64, 1027)],
+    ),
+    "linear, 3-d": (lambda x, w: F.linear(x, w), [(2, 3, 64), (1029, 64)]),
+    "K padded": (lambda g, w: g @ w, [(8, 1027), (1027, 64)]),
+    "M padded": (lambda g, h: g.t() @ h, [(8, 1027), (8, 64)]),
+    "M, K and N padded": (lambda a, b: a @ b, [(1025, 1026), (1026, 1027)]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(PADDED))
+def test_long_unaligned_matmul_dims_are_padded_and_outputs_are_eagers(case, device):
+    fn, shapes = PADDED[case]
+    args = [randn(*s, device=device) for s in shapes]
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*args)
+    expected = fn(*args)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert out.stride() == expected.stride()  # contiguous, so the caller may view it
+    source = graphs[0].source
+    assert "extern_kernels.mm(" in source and graphs[0].fallbacks == []
+    sizes = [d for shape in shapes for d in shape if d > 1000]
+    for d in sizes:  # each long odd dimension is padded to a multiple of 4 floats
+        assert str(-(-d // 4) * 4) in source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aligned_or_short_rows_are_not_padded(device):
+    a = randn(8, 64, device=device)
+    for row in (1024, 1001):  # aligned; unaligned but short
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            torch.compile(lambda a, b: a @ b * 2, backend="minductor")(
+                a, randn(64, row, device=device)
+            )
+        assert f"({row}, 1), device=" in graphs[0].source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_matmuls_give_eagers_gradients(device):
+    """An output projection of 1027 classes: forward N, backward K and M padded."""
+    x = randn(6, 32, device=device).requires_grad_()
+    w = randn(1027, 32, device=device).requires_grad_()
+
+    def loss(x, w):
+        return torch.log_softmax(x @ w.t(), -1)[:, 3].sum()
+
+    expected = torch.autograd.grad(loss(x, w), (x, w))
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        compiled = torch.compile(loss, backend="minductor")
+        got = torch.autograd.grad(compiled(x, w), (x, w))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    assert all(g.fallbacks == [] for g in graphs)
+    assert sum("1028" in g.source for g in graphs) == 2  # padded in both graphs
