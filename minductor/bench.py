@@ -484,9 +484,15 @@ def speeds(result: Result) -> dict[str, float]:
 
 
 def svg(run: Run, width: int = 760) -> str:
-    bar, group, left, top = 8, 34, 250, 64  # px: bar, workload row, labels, title
+    title = "GPU speed relative to Inductor (Inductor's time / each backend's)"
     rows = [(r.name, speeds(r)) for r in run.results]
-    fastest = max(1.0, *(v for _, speed in rows for v in speed.values()))
+    return bar_chart(title, rows, BACKENDS, width)
+
+
+def bar_chart(title, rows, backends, width=760, bar=8, gap=10) -> str:
+    """Horizontal bars, a group per row: rows are (label, {backend: value})."""
+    group, left, top = bar * len(backends) + gap, 250, 64  # px: row, labels, title
+    fastest = max([1.0, *(v for _, value in rows for v in value.values())])
     step = 0.5 * math.ceil(fastest / 4)  # about eight grid lines
     limit = step * math.ceil(fastest / step)
     scale = (width - left - 50) / limit
@@ -494,10 +500,10 @@ def svg(run: Run, width: int = 760) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        '<text x="8" y="16" font-weight="bold">GPU speed relative to Inductor '
-        "(Inductor's time / each backend's; longer is faster)</text>",
+        f'<text x="8" y="16" font-weight="bold">{escape(title)}; longer is faster'
+        "</text>",
     ]
-    for i, b in enumerate(BACKENDS):
+    for i, b in enumerate(backends):
         x = left + i * 110
         out.append(f'<rect x="{x}" y="28" width="12" height="12" fill="{COLORS[b]}"/>')
         out.append(f'<text x="{x + 16}" y="38">{LABELS[b]}</text>')
@@ -512,21 +518,21 @@ def svg(run: Run, width: int = 760) -> str:
             f'<text x="{x:.1f}" y="{top - 12}" text-anchor="middle">'
             f"{k * step:g}×</text>"
         )
-    for i, (name, speed) in enumerate(rows):
+    for i, (name, value) in enumerate(rows):
         y = top + i * group
         out.append(
-            f'<text x="{left - 8}" y="{y + 1.5 * bar + 4}" text-anchor="end">'
-            f"{escape(name)}</text>"
+            f'<text x="{left - 8}" y="{y + len(backends) * bar / 2 + 4}" '
+            f'text-anchor="end">{escape(name)}</text>'
         )
-        for j, b in enumerate(BACKENDS):
-            yb, w = y + j * bar, speed[b] * scale
+        for j, b in enumerate(b for b in backends if b in value):
+            yb, w = y + j * bar, value[b] * scale
             out.append(
                 f'<rect class="bar {b}" x="{left}" y="{yb}" width="{w:.1f}" '
                 f'height="{bar - 1}" fill="{COLORS[b]}"/>'
             )
             out.append(
                 f'<text x="{left + w + 3:.1f}" y="{yb + bar - 1}" font-size="9">'
-                f"{speed[b]:.2f}</text>"
+                f"{value[b]:.2f}</text>"
             )
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -1,0 +1,165 @@
+"""The real-model suite (chapters/models.md, minductor/models.py), on CPU at tiny sizes.
+
+The measuring child runs in this process (`measure_model`), which saves starting a
+Python per model; the command line runs as a subprocess once, where nothing needs a
+compile: a torchvision model (not importable here) and a child killed by its timeout.
+Two fake backends check that the suite can fail: one nudges every output by one part in
+10^4, one raises.
+"""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+from minductor import models
+from minductor.models import Row, check, markdown, measure_model, parse_args, select
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[1]
+COLUMNS = {f.name for f in dataclasses.fields(Row)}
+
+
+def nudged(gm, example_inputs):
+    def run(*args):
+        outs = gm(*args)
+        return type(outs)(o * (1 + 1e-4) if o.is_floating_point() else o for o in outs)
+
+    return run
+
+
+def broken(gm, example_inputs):
+    raise RuntimeError("no kernels today")
+
+
+for fake in (nudged, broken):
+    if fake.__name__ not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(fake)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_inference_matches_eager(name):
+    eager, compiled = measure_model(
+        name, "inference", "fp32", ["eager", "minductor"], True
+    )
+    assert (eager.backend, compiled.backend) == ("eager", "minductor")
+    assert eager.status == compiled.status == "ok", compiled.detail
+    assert eager.out_abs == 0 and eager.speedup == 1
+    assert compiled.out_rel < 1e-5 and compiled.ratio < 1
+    assert compiled.err64 < 1e-5 and compiled.err64_eager < 1e-5
+    assert compiled.grad_rel is None  # no gradients in inference
+    assert compiled.cold_s > 0 and compiled.step_ms > 0 and compiled.speedup > 0
+    assert (compiled.peak_mib is None) == (not torch.cuda.is_available())
+    assert compiled.graphs == 1 and compiled.graph_breaks == 0
+    assert compiled.compiled_graphs == 1 and compiled.kernels > 0
+
+
+def test_training_checks_every_gradient():
+    eager, compiled = measure_model(
+        "bert", "training", "fp32", ["eager", "minductor"], True
+    )
+    assert compiled.status == "ok", compiled.detail
+    assert 0 < compiled.grad_rel < 1e-5
+    assert compiled.compiled_graphs == 2  # forward and backward
+    # the keys' bias, one per layer, has a gradient that is zero up to rounding:
+    # eager's own value has no correct digit, so it is not compared
+    assert eager.noise == compiled.noise == 2
+    assert compiled.worst.startswith("grad ") or compiled.worst in ("loss", "logits")
+
+
+def test_wrong_results_and_errors_are_reported():
+    rows = list(measure_model("gpt2", "inference", "fp32", ["nudged", "broken"], True))
+    assert [r.backend for r in rows] == ["nudged", "broken"]  # eager ran, unreported
+    nudge, error = rows
+    assert nudge.status.startswith("wrong: logits is ")
+    assert nudge.ratio > 1 and 5e-5 < nudge.out_rel < 2e-4
+    assert error.status == "error: RuntimeError: no kernels today"
+    assert "RuntimeError" in error.detail
+
+
+def test_check_rules():
+    def judge(got, eager, fp64):
+        row = Row("m", "inference", "fp32", "b")
+        return row, check(row, got, eager, fp64)
+
+    ref = torch.linspace(-1, 1, 1000, dtype=torch.float64)
+    eager, fp64 = {"logits": ref.float() + 1e-7}, {"logits": ref}
+    assert judge({"logits": ref.float()}, eager, fp64)[1] == ""
+    row, problem = judge({"logits": ref.float() + 1e-4}, eager, fp64)
+    assert problem.startswith("logits is ") and row.ratio > 1
+    nan = ref.float().clone()
+    nan[3] = float("nan")
+    assert judge({"logits": nan}, eager, fp64)[1] == "logits: not finite"
+    assert "shape" in judge({"logits": ref.float()[:5]}, eager, fp64)[1]
+    assert "only one of" in judge({}, eager, fp64)[1]
+    # a tensor that eager gets wrong by more than its size is not compared at all
+    noisy = {"grad b": torch.full((10,), 1e-9)}
+    zero = {"grad b": torch.full((10,), 1e-17, dtype=torch.float64)}
+    row, problem = judge({"grad b": torch.full((10,), -3e-9)}, noisy, zero)
+    assert problem == "" and row.noise == 1 and row.grad_rel is None
+
+
+def test_command_line_skips_and_times_out(tmp_path):
+    """torchvision does not import on a CPU-only machine; GPT-2 has 1 s to run."""
+    out, plot = tmp_path / "run.json", tmp_path / "run.svg"
+    args = ["--tiny", "--models", "resnet18", "gpt2", "--mode", "inference"]
+    args += ["--dtype", "fp32", "--backends", "eager", "minductor", "--timeout", "1"]
+    args += ["--json", str(out), "--svg", str(plot)]
+    done = subprocess.run(
+        [sys.executable, "-m", "minductor.models", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert all(set(r) == COLUMNS for r in rows)
+    status = {(r["model"], r["backend"]): r["status"] for r in rows}
+    assert status[("gpt2", "eager")] == "error: timed out after 1 s"
+    why = models.missing("torchvision")  # on a machine where it imports: a timeout
+    skipped = f"skipped: {why}" if why else "error: timed out after 1 s"
+    assert status[("resnet18", "minductor")] == skipped
+    table = done.stdout.strip().splitlines()
+    assert table[0].startswith("| model | mode | dtype | backend | status |")
+    assert len(table) == 2 + 4 and table[-1].startswith("| resnet18 (B=2 image=64) |")
+    ET.parse(plot)  # no speed-ups to draw, and still a well-formed SVG
+
+
+def test_markdown_and_svg():
+    rows = [
+        Row("gpt2", "training", "bf16", "eager", shape="B=8 T=512", step_ms=9.0),
+        Row("gpt2", "training", "bf16", "inductor", step_ms=6.0, speedup=1.5),
+        Row("gpt2", "training", "bf16", "minductor", speedup=1.2, fallbacks={"a": 2}),
+        Row("gpt2", "training", "bf16", "minductor", "error: a|b"),
+    ]
+    lines = markdown(rows).splitlines()
+    assert len(lines) == 2 + 4
+    assert all(line.count(" | ") == 15 for line in lines)
+    assert "| a ×2 |" in lines[4] and "error: a\\|b" in lines[5]
+    svg = ET.fromstring(models.svg(rows))
+    bars = [
+        r
+        for r in svg.iter("{http://www.w3.org/2000/svg}rect")
+        if "bar" in r.get("class", "")
+    ]
+    assert [b.get("class") for b in bars] == ["bar inductor", "bar minductor"]
+
+
+def test_flags():
+    args = parse_args([])
+    assert args.mode == args.dtype == "both" and not args.tiny and args.timeout == 600
+    assert args.backends == ["eager", "inductor", "minductor"]
+    assert [m.name for m in select(["bert"])] == ["bert"]  # a name: that model only
+    assert [m.name for m in select(["resnet"])] == ["resnet18", "resnet50"]
+    assert len(select(None)) == 10
+    for bad in (["--backends", "tvm"], ["--models", "alexnet"], ["--mode", "train"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
