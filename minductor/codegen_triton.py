@@ -96,6 +96,10 @@ class TritonOverrides:
         return f"tl.where({c}, {a}, {b})"
 
     @staticmethod
+    def stored(value, dtype):  # what a store of value into a dtype buffer writes
+        return value
+
+    @staticmethod
     def to_dtype(x, dtype):
         if dtype == torch.bool:
             return f"{x} != 0"
@@ -121,6 +125,16 @@ class InterpreterOverrides(TritonOverrides):
     log1p = staticmethod(lambda x: f"helpers.log1p({x})")
     tanh = staticmethod(lambda x: f"helpers.tanh({x})")
     sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
+
+    @staticmethod
+    def to_dtype(x, dtype):
+        if dtype == torch.bfloat16:  # the interpreter's own conversion truncates
+            return f"helpers.to_bfloat16({x})"
+        return TritonOverrides.to_dtype(x, dtype)
+
+    @staticmethod
+    def stored(value, dtype):
+        return f"helpers.to_bfloat16({value})" if dtype == torch.bfloat16 else value
 
 
 def kernel_kind(rsizes, persistent: bool) -> str:
@@ -435,6 +449,7 @@ class KernelOpsHandler:
         if mode == "atomic_add":
             line = f"tl.atomic_add({ptr} + ({index_s}), {value}, {mask}, sem='relaxed')"
         else:
+            value = self.kernel.overrides.stored(value, self.node.node.get_dtype())
             line = f"tl.store({ptr} + ({index_s}), {value}, {mask})"
         (self.kernel.suffix if self.after_loop else self.kernel.lines).append(line)
 
@@ -512,8 +527,9 @@ class KernelOpsHandler:
         if name in self.kernel.removed_buffers:
             return
         ptr = self.kernel.args.output(name)
-        line = f"tl.store({ptr} + ({index_s}), {value}, xmask)"
         after = value in self.kernel.after_loop
+        value = self.kernel.overrides.stored(value, self.node.node.get_dtype())
+        line = f"tl.store({ptr} + ({index_s}), {value}, xmask)"
         (self.kernel.suffix if after else self.kernel.lines).append(line)
 
     def __getattr__(self, name):

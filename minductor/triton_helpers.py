@@ -81,6 +81,15 @@ def sigmoid(x):
 
 
 @triton.jit
+def to_bfloat16(x):
+    # round to nearest, ties to even; NaN stays NaN (its bits could carry into another)
+    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+
+
+@triton.jit
 def pow(a, b):
     # in float64, so that exp2(b * log2|a|) keeps float32 accuracy for large results
     x = a.to(tl.float64)

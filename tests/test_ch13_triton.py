@@ -668,3 +668,45 @@ def test_sign_of_integers_and_special_floats():
     torch.testing.assert_close(
         run_helper("sign", floats), torch.sign(floats), equal_nan=True
     )
+
+
+# --- bfloat16 conversions round to nearest, ties to even ------------------------------
+
+
+def _bf16_cases() -> torch.Tensor:
+    x = torch.randn(20000, generator=torch.Generator().manual_seed(0)) * 300
+    special = [float("nan"), float("inf"), -float("inf"), 3.4028234e38, -0.0, 0.0]
+    ties = [1.00390625, 1.01171875, -1.00390625, 2.0 + 2**-7 + 2**-8]  # exact halves
+    return torch.cat([torch.tensor(special + ties), x])
+
+
+def test_compiled_bfloat16_conversions_are_eagers_bit_for_bit():
+    x = _bf16_cases()
+    for fn, arg in [
+        (lambda t: t.to(torch.bfloat16), x),  # a conversion
+        (lambda t: t * 1.0001 + 0.5, x.to(torch.bfloat16)),  # bf16 arithmetic
+        (lambda t: t.to(torch.bfloat16), (x[6:] * 1e5).to(torch.int64)),  # from ints
+    ]:
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="minductor")(arg)
+        torch.testing.assert_close(got, fn(arg), atol=0, rtol=0, equal_nan=True)
+
+
+def test_a_float32_result_stored_as_bfloat16_is_rounded_to_nearest():
+    x = _bf16_cases()[10:].reshape(1000, 20).to(torch.bfloat16)
+    fn = lambda t: t.sum(-1)  # noqa: E731  accumulates in float32, stores bfloat16
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="minductor")(x)
+    # eager rounds the same float32 sums (up to their order): truncating instead
+    # would make about half of the results one unit lower
+    assert (got == fn(x)).float().mean() > 0.95
+
+
+def test_interpreter_rounds_bfloat16_where_the_gpu_converts():
+    x = torch.randn(8)
+    graph = GraphLowering(make_fx(lambda x: (x.to(torch.bfloat16) * 2,))(x), [x])
+    (node,) = Scheduler(graph.lower()).nodes
+    gpu = generate_kernel(node, set(), interpret=False).source
+    cpu_source = generate_kernel(node, set(), interpret=True).source
+    assert "helpers.to_bfloat16(" not in gpu and ".to(tl.bfloat16)" in gpu
+    assert "helpers.to_bfloat16(tmp0)" in cpu_source
