@@ -231,6 +231,8 @@ def _with_alpha(op: Callable, a, b, alpha) -> TensorBox:
 
 @register_lowering(aten.add)
 def add(a, b, *, alpha=1):
+    if promote([a, b], Kind.DEFAULT)[0] == torch.bool and alpha == 1:
+        return pointwise(ops.logical_or, [a, b])  # True + True is True
     return _with_alpha(ops.add, a, b, alpha)
 
 
@@ -458,6 +460,9 @@ def pow(base, exponent):
             return pointwise(power, [base], dtypes=(compute, result))
         if exponent == 0.5:
             return pointwise(ops.sqrt, [base], dtypes=(compute, result))
+    if not _is_float(promote([base, exponent], Kind.BOOL_TO_LONG)[0]):
+        # ops.pow is a floating-point power: 5 ** 1 could come out as 4.9999 -> 4
+        raise Unsupported("integer pow other than a small constant exponent")
     return pointwise(ops.pow, [base, exponent], Kind.BOOL_TO_LONG)
 
 
