@@ -136,7 +136,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 def _numel(x, dims):
     """How many elements a reduction over `dims` combines."""
     count = 1
-    for d in dims:
+    for d in dims if x.dim() else ():  # a 0-d tensor's dim 0 is its one element
         count *= x.shape[d]
     return count
 

@@ -36,6 +36,8 @@ from minductor.sizevars import (
 def _reduced_dims(ndim: int, dims: Any) -> list[int]:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(ndim))
+    if ndim == 0:  # dim 0 (or -1) of a 0-d tensor: its one element, as with no dims
+        return []
     if isinstance(dims, int):
         dims = [dims]
     return sorted({d % max(ndim, 1) for d in dims})

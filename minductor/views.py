@@ -100,7 +100,7 @@ def unsqueeze(x, dim):
 @register_lowering(aten.squeeze)
 def squeeze(x, dim=None):
     size = x.get_size()
-    if dim is None:
+    if dim is None or not size:  # (a 0-d tensor has nothing to squeeze)
         dims = range(len(size))
     else:
         dims = [dim] if isinstance(dim, int) else dim

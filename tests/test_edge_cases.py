@@ -1,6 +1,7 @@
-"""Arithmetic where a dtype's own rules differ from the obvious kernel: booleans that
-add as a logical or, integer powers that a floating-point pow would round. Each compiled
-result must be eager's exactly, or the op must go to ATen (and say so)."""
+"""Cases where eager's rules differ from the obvious kernel: booleans that add as a
+logical or, integer powers that a floating-point pow would round, reductions of a 0-d
+tensor over its "dimension 0". Each compiled result must be eager's exactly, or the op
+must go to ATen (and say so)."""
 
 import pytest
 import torch
@@ -37,3 +38,25 @@ def test_integer_powers_are_exact_or_left_to_aten(device):
     assert fallbacks == ["aten.pow.Tensor_Tensor"]  # a float pow: 5**1 may be 4
     _, fallbacks = run(lambda b: b**3 + b**19, base, atol=0, rtol=0)
     assert fallbacks == ["aten.pow.Tensor_Scalar"]  # 19: too many products to inline
+
+
+ZERO_DIM = {
+    "sum": lambda t: t.sum(0),
+    "sum keepdim": lambda t: t.sum(-1, keepdim=True),
+    "mean": lambda t: t.mean(0),
+    "amax": lambda t: t.amax(0),
+    "argmax": lambda t: t.argmax(0),
+    "any": lambda t: t.any(0),
+    "var": lambda t: t.var(0, correction=0),
+    "logsumexp": lambda t: t.logsumexp(0),
+    "squeeze": lambda t: (t * 2).squeeze(0),
+    "prod": lambda t: t.prod(0),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(ZERO_DIM))
+def test_reductions_of_a_0d_tensor_over_dim_0(case, device):
+    x = torch.tensor(-3.5, device=device)
+    _, fallbacks = run(ZERO_DIM[case], x, atol=0, rtol=0)
+    assert fallbacks == []
