@@ -345,6 +345,24 @@ randn_like = register_decomposition(
 )(_random_like(torch.randn))
 
 
+@register_decomposition(aten._native_batch_norm_legit_no_training)
+def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    per_channel = [-1] + [1] * (x.dim() - 2)  # (C, 1, 1): broadcasts along dim 1
+    invstd = 1 / torch.sqrt(running_var.to(compute) + eps)
+    mean = running_mean.to(compute)
+    y = (x.to(compute) - mean.view(per_channel)) * invstd.view(per_channel)
+    if weight is not None:
+        y = y * weight.view(per_channel)
+    if bias is not None:
+        y = y + bias.view(per_channel)
+    if x.device.type == "cpu":
+        saved = x.new_zeros((0,)), x.new_zeros((0,))
+    else:
+        saved = mean, invstd
+    return y.to(x.dtype), *saved
+
+
 _BORROWED = [
     aten.elu,
     aten.mish,

@@ -407,3 +407,56 @@ def test_training_through_the_normalizations(device):
     loss(*args).backward()
     for g, a in zip(got, args):
         torch.testing.assert_close(g, a.grad, rtol=1e-4, atol=1e-4)
+
+
+# --- batch norm at inference: pointwise, fused after the convolution -----------------
+
+
+def _eval_batch_norm(module):
+    torch.manual_seed(0)
+    module.running_mean.normal_()
+    module.running_var.uniform_(0.5, 2.0)
+    if module.affine:
+        module.weight.data.normal_()
+        module.bias.data.normal_()
+    return module.eval()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_conv_batch_norm_relu_residual_is_one_kernel_after_the_conv(
+    device, dtype, layout
+):
+    conv = torch.nn.Conv2d(6, 6, 3, padding=1, bias=False)
+    bn = _eval_batch_norm(torch.nn.BatchNorm2d(6))
+    conv, bn = conv.to(device, dtype), bn.to(device, dtype)
+    x = randn(2, 6, 5, 7, device=device, dtype=dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+
+    def block(x):
+        return torch.relu(bn(conv(x)) + x)
+
+    tol = tolerance(dtype)
+    with torch.no_grad():
+        kernels, fallbacks = run(block, x, atol=tol, rtol=tol)
+    assert fallbacks == [] and len(kernels) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "module, shape",
+    [
+        (torch.nn.BatchNorm1d(5), (4, 5)),
+        (torch.nn.BatchNorm1d(5, affine=False), (4, 5, 3)),
+        (torch.nn.BatchNorm3d(3), (2, 3, 2, 3, 1)),
+    ],
+    ids=["1d", "1d-no-affine-with-length", "3d"],
+)
+def test_eval_batch_norm_matches_eager_without_fallback(device, module, shape):
+    bn = _eval_batch_norm(module).to(device)
+    x = randn(*shape, device=device)
+    with torch.no_grad():
+        kernels, fallbacks = run(bn, x)
+    assert fallbacks == [] and len(kernels) == 1
