@@ -94,8 +94,8 @@ def padded_mm(graph: GraphLowering, a: Buffer, b: Buffer) -> TensorBox | None:
     b = padded(graph, b, [kp, np_]) if (kp, np_) != (k, n) else b
     device = a.get_device()
     layout = FixedLayout.contiguous(device, dtype, (mp, np_))
-    name, mm = graph.new_buffer_name(), aten.mm.default
-    out = ExternKernelOut(name, layout, mm, (a, b), {}, kernel=EXTERN_OUT[mm])
+    name, op = graph.new_buffer_name(), aten.mm.default
+    out = ExternKernelOut(name, layout, op, (a, b), {}, kernel=EXTERN_OUT[op])
     graph.register_buffer(out)
     graph.extern_kernels.append(out.kernel)
     window = FixedLayout(device, dtype, (m, n), layout.stride)
