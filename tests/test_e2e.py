@@ -200,7 +200,10 @@ def test_half_inputs_compute_in_float32(device, dtype, tol):
     graphs = assert_matches(lambda x, b: F.gelu(x + b) * 0.5 + x, x, bias, atol=tol, rtol=tol)
     source = graphs[0].source
     assert ".to(tl.float32)" in source  # loads are converted up...
-    assert f".to({'tl.float16' if dtype == torch.float16 else 'tl.bfloat16'})" in source
+    down = ".to(tl.float16)" if dtype == torch.float16 else ".to(tl.bfloat16)"
+    if dtype == torch.bfloat16 and device == "cpu":  # the interpreter rounds it itself
+        down = "helpers.to_bfloat16("
+    assert down in source  # ...and the result down
 
 
 @pytest.mark.parametrize("device", DEVICES)
