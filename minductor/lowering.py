@@ -583,10 +583,8 @@ class GraphLowering(torch.fx.Interpreter):
         if lowering is None:
             return self.fallback(target, args, kwargs, reason="no lowering")
         try:
-            if getattr(lowering, "wants_graph", False):
-                result = lowering(self, *args, **kwargs)
-            else:
-                result = lowering(*args, **kwargs)
+            graph = (self,) if getattr(lowering, "wants_graph", False) else ()
+            result = lowering(*graph, *args, **kwargs)
         except Unsupported as why:
             return self.fallback(target, args, kwargs, reason=str(why))
         except TypeError as why:  # int(s0), or s0 < 4 asked of sympy
@@ -628,11 +626,11 @@ class GraphLowering(torch.fx.Interpreter):
     def _as_eager(self, buf: Buffer, node: Any) -> Buffer:
         """An output in eager's strides, where eager's are contiguous and ours not."""
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        fixed = isinstance(buf.layout, FixedLayout)
-        if not isinstance(meta, torch.Tensor) or not fixed:
+        if not (isinstance(meta, torch.Tensor) and isinstance(buf.layout, FixedLayout)):
             return buf
-        if not all(type(s) is int for s in meta.stride()) or not meta.is_contiguous():
-            return buf  # (symbolic strides: left as they are)
+        static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
+        if not static or not meta.is_contiguous():
+            return buf
         return self.require_strides(buf, as_exprs(meta.stride()))
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
