@@ -357,7 +357,7 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
     if bias is not None:
         y = y + bias.view(per_channel)
     if x.device.type == "cpu":
-        saved = x.new_zeros((0,)), x.new_zeros((0,))
+        saved = x.new_zeros((0,), dtype=compute), x.new_zeros((0,), dtype=compute)
     else:
         saved = mean, invstd
     return y.to(x.dtype), *saved

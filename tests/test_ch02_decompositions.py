@@ -66,6 +66,12 @@ def _stats(x, normalized_shape):
 NLL_T = torch.tensor([2, -100, 0, 5])  # one ignored row
 
 # overload -> list of (args, kwargs) to call it with
+def _stats_of(channels):
+    """weight, bias, running mean and (positive) running variance of a batch norm."""
+    var = 1 + rand(channels, seed=3).abs()
+    return rand(channels), rand(channels, seed=1), rand(channels, seed=2), var
+
+
 CASES = {
     aten.addcmul.default: [
         ((rand(4, 5), rand(4, 5, seed=1), rand(5, seed=2)), {}),
@@ -212,6 +218,11 @@ CASES = {
         ((rand(2, 0), [1]), {}),  # empty: nan, as in eager
     ],
     aten.detach.default: [((rand(3, 4),), {}), ((rand(4, 3).t()[1:],), {})],
+    aten._native_batch_norm_legit_no_training.default: [
+        ((rand(2, 3, 4, 5), *_stats_of(3), 0.1, 1e-5), {}),
+        ((rand(2, 3), None, None, *_stats_of(3)[2:], 0.1, 1e-3), {}),
+        ((rand(2, 3, 4).bfloat16(), *_stats_of(3), 0.1, 1e-5), {}),
+    ],
 }
 
 
