@@ -70,11 +70,13 @@ def _shape_env(example_inputs: Sequence[Any]):
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     shape_env = _shape_env(example_inputs)
-    if shape_env is None:
-        return _compile(gm, example_inputs, None)
     try:
         return _compile(gm, example_inputs, shape_env)
-    except (TypeError, NotImplementedError) as why:  # int(s0), or an unbound symbol
+    except NotImplementedError as why:  # an op that is not ATen's, such as with_effects
+        return _eager(gm, f"cannot compile: {why}")
+    except TypeError as why:  # int(s0), or an unbound symbol
+        if shape_env is None:
+            raise  # with static sizes this is a bug, not a limitation
         return _eager(gm, f"dynamic shapes: {why}")
 
 

@@ -106,7 +106,7 @@ class TritonOverrides:
         return f"{x}.to({TRITON_DTYPES[dtype]})"
 
     @staticmethod
-    def constant(value, dtype):
+    def constant(value, dtype, shape="[1]"):
         if dtype.is_floating_point:
             value = float(value)
             literal = repr(value) if math.isfinite(value) else f'float("{value}")'
@@ -114,7 +114,7 @@ class TritonOverrides:
             literal = repr(bool(value) if dtype == torch.bool else int(value))
         # a typed one-element tensor, not a bare literal: Triton treats a literal as a
         # compile-time constant, which some operations (and helpers) do not accept
-        return f"tl.full([1], {literal}, {TRITON_DTYPES[dtype]})"
+        return f"tl.full({shape}, {literal}, {TRITON_DTYPES[dtype]})"
 
 
 class InterpreterOverrides(TritonOverrides):
@@ -531,6 +531,13 @@ class KernelOpsHandler:
         value = self.kernel.overrides.stored(value, self.node.node.get_dtype())
         line = f"tl.store({ptr} + ({index_s}), {value}, xmask)"
         (self.kernel.suffix if after else self.kernel.lines).append(line)
+
+    def constant(self, value, dtype):
+        # a reduction kernel's values are two-dimensional, and tl.broadcast_to, which
+        # its reductions call, does not add a dimension: its constants are [1, 1]
+        shape = "[1]" if self.kernel.kind == "poi" else "[1, 1]"
+        line = self.kernel.overrides.constant(value, dtype, shape)
+        return self.kernel.newvar(line, after_loop=self.after_loop)
 
     def __getattr__(self, name):
         method = getattr(self.kernel.overrides, name)

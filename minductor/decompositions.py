@@ -52,6 +52,8 @@ def lerp(start, end, weight):
 
 @register_decomposition(aten.hardtanh)
 def hardtanh(x, min_val=-1.0, max_val=1.0):
+    if not x.dtype.is_floating_point:  # the bounds take the tensor's dtype, as in eager
+        min_val, max_val = int(min_val), int(max_val)
     return torch.clamp(x, min_val, max_val)
 
 

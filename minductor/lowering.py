@@ -592,19 +592,22 @@ class GraphLowering(torch.fx.Interpreter):
                 raise  # with static sizes this is a bug, not a limitation
             reason = f"needs static sizes: {why}"
             return self.fallback(target, args, kwargs, reason=reason)
-        elsewhere = self._computed_elsewhere(result)
-        if elsewhere is not None:  # a CPU constant in a CUDA graph: ATen computes it
-            reason = f"computes on {elsewhere}; the graph's kernels on {self.device}"
-            return self.fallback(target, args, kwargs, reason=reason)
+        why_not = self._no_kernel_for(result)
+        if why_not is not None:  # a CPU constant in a CUDA graph, a complex view
+            return self.fallback(target, args, kwargs, reason=why_not)
         return result
 
-    def _computed_elsewhere(self, result: Any) -> torch.device | None:
-        """The device of a body in result that the graph's kernels cannot run on."""
+    def _no_kernel_for(self, result: Any) -> str | None:
+        """Why the graph's kernels could not compute a body in result, if so."""
         for box in result if isinstance(result, tuple) else (result,):
             body = box.data if isinstance(box, TensorBox) else None
-            if isinstance(body, (Pointwise, Reduction)) and self.device is not None:
-                if body.device.type != self.device.type:
-                    return body.device
+            if not isinstance(body, (Pointwise, Reduction, GenericView)):
+                continue  # no kernel: a buffer, or a strided view of one
+            if body.get_dtype() not in SUPPORTED_DTYPES:
+                return f"a body of {body.get_dtype()}"
+            device = body.get_device()
+            if self.device is not None and device.type != self.device.type:
+                return f"computes on {device}; the graph's kernels on {self.device}"
         return None
 
     def output(self, target, args, kwargs):

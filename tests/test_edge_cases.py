@@ -60,3 +60,40 @@ def test_reductions_of_a_0d_tensor_over_dim_0(case, device):
     x = torch.tensor(-3.5, device=device)
     _, fallbacks = run(ZERO_DIM[case], x, atol=0, rtol=0)
     assert fallbacks == []
+
+
+CONSTANT_REDUCTIONS = {
+    "sum of ones": lambda x: torch.ones_like(x).sum(),
+    "argmax of zeros": lambda x: torch.zeros_like(x).argmax(1),
+    "masked var": lambda x: torch.masked.var(x, 1, mask=x > 0),
+    "full then amax": lambda x: torch.full_like(x, 2.0).amax(0) + x[0],
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(CONSTANT_REDUCTIONS))
+def test_reductions_of_constant_bodies(case, device):
+    """A constant is [1] in a pointwise kernel and [1, 1] in a reduction kernel."""
+    x = torch.randn(5, 7, device=device)
+    _, fallbacks = run(CONSTANT_REDUCTIONS[case], x)
+    assert fallbacks == []
+
+
+def test_complex_values_and_effect_tokens_run_with_aten():
+    """No Triton kernel computes complex numbers; Dynamo's with_effects is not ATen."""
+    x = torch.randn(4, 4)
+    kernels, fallbacks = run(lambda x: torch.fft.fft2(x).abs() * 2, x)
+    # the complex conversion, the transform and abs run in ATen; the * 2 is a kernel
+    complex_ops = ["aten._to_copy.default", "aten._fft_c2c.default", "aten.abs.default"]
+    assert fallbacks == complex_ops
+    assert len(kernels) == 1
+    run(lambda x: torch.view_as_real(torch.fft.fft(x)) + 1, x)
+    run(torch.linalg.inv, x + 4 * torch.eye(4))  # a graph with with_effects: all ATen
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hardtanh_of_integers_keeps_their_dtype(device):
+    x = torch.arange(-4, 5, device=device)
+    fn = lambda x: torch.nn.functional.hardtanh(x, -2.5, 3.0)  # noqa: E731
+    _, fallbacks = run(fn, x, atol=0, rtol=0)
+    assert fallbacks == []
