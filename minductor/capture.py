@@ -13,7 +13,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from minductor.config import config
 from minductor.decompositions import decomposition_table
-from minductor.lowering import GraphLowering
+from minductor.lowering import CannotCompile, GraphLowering
 from minductor.runtime import interpret_mode, load_module
 from minductor.scheduler import Scheduler
 from minductor.wrapper import WrapperCodeGen
@@ -72,7 +72,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     shape_env = _shape_env(example_inputs)
     try:
         return _compile(gm, example_inputs, shape_env)
-    except NotImplementedError as why:  # an op that is not ATen's, such as with_effects
+    except CannotCompile as why:  # an op that is not ATen's, such as with_effects
         return _eager(gm, f"cannot compile: {why}")
     except TypeError as why:  # int(s0), or an unbound symbol
         if shape_env is None:

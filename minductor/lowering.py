@@ -47,6 +47,10 @@ class Unsupported(Exception):
     """Raised by a lowering that declines an op; the op then falls back to ATen."""
 
 
+class CannotCompile(NotImplementedError):
+    """Raised for a graph that cannot be compiled at all; it then runs with ATen."""
+
+
 def register_lowering(
     *targets: OpOverload | OpOverloadPacket | Callable, graph: bool = False
 ):
@@ -639,7 +643,7 @@ class GraphLowering(torch.fx.Interpreter):
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)
         if not isinstance(target, OpOverload):  # a Python function, a higher-order op
-            raise NotImplementedError(
+            raise CannotCompile(
                 f"minductor cannot compile {op_name}: it has no lowering, and only "
                 f"ATen operators can fall back ({reason})"
             )
