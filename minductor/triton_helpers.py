@@ -83,10 +83,11 @@ def sigmoid(x):
 @triton.jit
 def to_bfloat16(x):
     # round to nearest, ties to even; NaN stays NaN (its bits could carry into another)
-    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    x32 = x.to(tl.float32)
+    bits = x32.to(tl.uint32, bitcast=True)
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     rounded = bits.to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+    return tl.where(x32 != x32, x32, rounded).to(tl.bfloat16)
 
 
 @triton.jit
