@@ -152,6 +152,8 @@ def _upcast(x):
 def softmax(x, dim, half_to_float):
     # subtract the row maximum first, so exp never overflows
     xf = _upcast(x)
+    if x.numel() == 0:  # no element: amax over a row of none would raise
+        return xf.clone() if half_to_float else x.clone()
     e = torch.exp(xf - torch.amax(xf, dim, keepdim=True))
     out = e / torch.sum(e, dim, keepdim=True)
     return out if half_to_float else out.to(x.dtype)
@@ -160,6 +162,8 @@ def softmax(x, dim, half_to_float):
 @register_decomposition(aten._log_softmax)
 def log_softmax(x, dim, half_to_float):
     xf = _upcast(x)
+    if x.numel() == 0:
+        return xf.clone() if half_to_float else x.clone()
     shifted = xf - torch.amax(xf, dim, keepdim=True)
     out = shifted - torch.log(torch.sum(torch.exp(shifted), dim, keepdim=True))
     return out if half_to_float else out.to(x.dtype)

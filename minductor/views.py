@@ -74,6 +74,8 @@ def permute(x, dims):
 @register_lowering(aten.transpose.int)
 def transpose(x, dim0, dim1):
     order = list(range(len(x.get_size())))
+    if not order:  # a 0-d tensor: its dims 0 and -1 are the tensor itself
+        return alias(x)
     a, b = _dim(dim0, len(order)), _dim(dim1, len(order))
     order[a], order[b] = order[b], order[a]
     return permute(x, order)
@@ -562,12 +564,12 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
 
 @register_lowering(aten.cat, graph=True)
 def cat(graph, tensors, dim=0):
-    tensors = [t for t in tensors if list(t.get_size()) != [0] or len(tensors) == 1]
+    dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
+    device = _device(tensors)
+    tensors = [t for t in tensors if list(t.get_size()) != [0]] or tensors[:1]
     size = list(tensors[0].get_size())
     dim = _dim(dim, len(size))
     size[dim] = sum((t.get_size()[dim] for t in tensors), sympy.Integer(0))
-    dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
-    device = _device(tensors)
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"cat of {dtype}")
     layout = FixedLayout.contiguous(device, dtype, size)
@@ -585,6 +587,9 @@ def cat(graph, tensors, dim=0):
             graph.register_buffer(piece)
             pieces.append(piece)
         start += part[dim]
+    if not pieces:
+        zero = Pointwise(device, dtype, lambda i: ops.constant(0, dtype), tuple(size))
+        return TensorBox(zero)
     result = ConcatBuffer(name, layout, tuple(pieces))
     graph.register_buffer(result)
     return TensorBox(result)

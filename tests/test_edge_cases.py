@@ -5,6 +5,7 @@ must go to ATen (and say so)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import DEVICES, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch06]
@@ -97,3 +98,36 @@ def test_hardtanh_of_integers_keeps_their_dtype(device):
     fn = lambda x: torch.nn.functional.hardtanh(x, -2.5, 3.0)  # noqa: E731
     _, fallbacks = run(fn, x, atol=0, rtol=0)
     assert fallbacks == []
+
+
+EMPTY = {  # (function, input shapes); the inputs are float32 unless a dtype is given
+    "softmax over a zero-size dim": (lambda x: torch.softmax(x, 1), [(3, 0)]),
+    "log_softmax, empty rows": (lambda x: torch.log_softmax(x, 1), [(0, 4)]),
+    "softmin over a zero-size dim": (lambda x: F.softmin(x, 0), [(0, 2, 3)]),
+    "half softmax to float": (lambda x: torch.softmax(x, -1, torch.float32), [(2, 0)]),
+    "cat of 1-d empties": (lambda a, b: torch.cat([a, b]), [(0,), (0,)]),
+    "cat of empty pieces": (lambda a, b: torch.cat([a, b], 1), [(3, 0), (3, 0)]),
+    "stack of empties": (lambda a, b: torch.stack([a, b], 1), [(0,), (0,)]),
+    "cat, 1-d empty skipped": (lambda a, b: torch.cat([a, b]) * 2, [(0,), (2, 3)]),
+    "transpose of 0-d": (lambda x: torch.transpose(x, 0, -1) * 2, [()]),
+    "t of 0-d": (lambda x: x.t() + 1, [()]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(EMPTY))
+def test_empty_and_0d_shapes_are_eagers(case, device):
+    fn, shapes = EMPTY[case]
+    dtype = torch.float16 if case.startswith("half") else torch.float32
+    args = [torch.randn(s, device=device).to(dtype) for s in shapes]
+    _, fallbacks = run(fn, *args)
+    assert fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_promotes_over_skipped_empty_inputs(device):
+    """A skipped 1-d empty float64 input still makes the result float64, as in eager."""
+    empty = torch.zeros(0, dtype=torch.float64, device=device)
+    x = torch.randn(2, 3, device=device)
+    run(lambda e, x: torch.cat([e, x]), empty, x, atol=0, rtol=0)
+    run(lambda e, x: torch.cat([x, e, x.to(torch.int32)]), empty, x, atol=0, rtol=0)
