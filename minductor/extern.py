@@ -84,12 +84,18 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
     return TensorBox(ReinterpretView(copy, view)).realize(graph)
 
 
+def needs_padding(a, b) -> bool:
+    """Whether a @ b (buffers or boxes) has a long dimension that is not aligned."""
+    (m, k), n, dtype = a.get_size(), b.get_size()[1], a.get_dtype()
+    return any(_aligned(d, dtype) != d for d in (m, k, n))
+
+
 def padded_mm(graph: GraphLowering, a: Buffer, b: Buffer) -> TensorBox | None:
     """a @ b over dimensions padded to 16 bytes, or None if none needs it."""
+    if not needs_padding(a, b):
+        return None
     (m, k), n, dtype = a.get_size(), b.get_size()[1], a.get_dtype()
     mp, kp, np_ = (_aligned(d, dtype) for d in (m, k, n))
-    if (mp, kp, np_) == (m, k, n):
-        return None
     a = padded(graph, a, [mp, kp]) if (mp, kp) != (m, k) else a
     b = padded(graph, b, [kp, np_]) if (kp, np_) != (k, n) else b
     device = a.get_device()
@@ -143,7 +149,8 @@ def _is_pointwise_use(node: torch.fx.Node) -> bool:
 @register_lowering(aten.addmm, graph=True)
 def addmm(graph, bias, a, b, *, beta=1, alpha=1):
     users = graph.current_node.users
-    if beta == 1 and alpha == 1 and users and all(map(_is_pointwise_use, users)):
+    unfuse = users and all(map(_is_pointwise_use, users))
+    if beta == 1 and alpha == 1 and (unfuse or needs_padding(a, b)):
         return add(extern_out(graph, aten.mm.default, (a, b), {}), bias)
     kwargs = {"beta": beta, "alpha": alpha}
     return extern_out(graph, aten.addmm.default, (bias, a, b), kwargs)

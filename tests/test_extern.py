@@ -159,6 +159,8 @@ PADDED = {
     "K padded": (lambda g, w: g @ w, [(8, 1027), (1027, 64)]),
     "M padded": (lambda g, h: g.t() @ h, [(8, 1027), (8, 64)]),
     "M, K and N padded": (lambda a, b: a @ b, [(1025, 1026), (1026, 1027)]),
+    "linear with bias returned": (F.linear, [(2, 3, 64), (1027, 64), (1027,)]),
+    "addmm, 2-d bias": (torch.addmm, [(1, 1027), (8, 64), (64, 1027)]),
 }
 
 
