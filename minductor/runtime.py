@@ -75,7 +75,7 @@ class Launcher:
                 self.kernel[self.grid](*args, **self.blocks)
             return
         b = self.binary
-        if b is not None and torch.cuda.current_device() == self.device:
+        if b is not None and _current_device() == self.device:
             for i in self.pointers:
                 if args[i].data_ptr() % 16:
                     break  # unaligned: not what the binary was built for
@@ -99,8 +99,13 @@ class Launcher:
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and self.binary is None and _has_direct_launch(binary):
             self.binary = binary
-            self.device = torch.cuda.current_device()
+            self.device = _current_device()
             self.grid3 = self.grid + (1,) * (3 - len(self.grid))
+
+
+# torch.cuda.current_device() checks that CUDA is initialized first: three Python calls
+# per launch; the C function alone, where this torch has CUDA
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 @contextlib.contextmanager
@@ -167,7 +172,25 @@ def launch(
     launcher(*args, *sizes)
 
 
+def _cpp(name: str, fallback: Callable) -> Callable:
+    return getattr(torch._C._dynamo.guards, name, None) or fallback
+
+
 empty_strided = torch.empty_strided
+empty_strided_cpu = _cpp(
+    "_empty_strided_cpu",
+    lambda size, stride, dtype: empty_strided(size, stride, dtype=dtype, device="cpu"),
+)
+empty_strided_cuda = _cpp(  # on the current device: the wrapper's `call` sets it
+    "_empty_strided_cuda",
+    lambda size, stride, dtype: empty_strided(size, stride, dtype=dtype, device="cuda"),
+)
+reinterpret_tensor = _cpp(
+    "_reinterpret_tensor",
+    lambda t, size, stride, offset: t.as_strided(
+        size, stride, t.storage_offset() + offset
+    ),
+)
 extern_kernels = types.SimpleNamespace(
     mm=torch.mm, bmm=torch.bmm, addmm=torch.addmm, baddbmm=torch.baddbmm
 )

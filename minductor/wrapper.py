@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -37,11 +38,17 @@ def _tuple(exprs) -> str:
 class AllocateLine:
     name: str
     layout: FixedLayout
+    on_current_device: bool = True  # `call` runs on the buffer's device (see below)
 
     def codegen(self) -> str:
         lay = self.layout
+        sizes = f"{_tuple(lay.size)}, {_tuple(lay.stride)}"
+        if self.on_current_device and lay.device.type in ("cpu", "cuda"):
+            # chapter 15: torch's C++ allocator entry, no argument parsing
+            allocate = f"empty_strided_{lay.device.type}"
+            return f"{self.name} = {allocate}({sizes}, {lay.dtype})"
         return (
-            f"{self.name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+            f"{self.name} = empty_strided({sizes}, "
             f"device='{lay.device}', dtype={lay.dtype})"
         )
 
@@ -169,8 +176,8 @@ class ReinterpretLine:
     def codegen(self) -> str:
         n, base = self.node, self.node.base.name
         size, stride = _tuple(n.layout.size), _tuple(n.layout.stride)
-        offset = f"{base}.storage_offset() + {pexpr(n.layout.offset)}"
-        return f"{n.name} = {base}.as_strided({size}, {stride}, {offset})"
+        offset = pexpr(n.layout.offset)
+        return f"{n.name} = reinterpret_tensor({base}, {size}, {stride}, {offset})"
 
     def uses(self) -> tuple[str, ...]:
         return (self.node.base.name,)
@@ -189,7 +196,8 @@ class ReuseLine:
         if self.layout is None:
             return f"{self.new} = {self.old}  # reuse"
         size, stride = _tuple(self.layout.size), _tuple(self.layout.stride)
-        return f"{self.new} = {self.old}.as_strided({size}, {stride})  # reuse"
+        view = f"reinterpret_tensor({self.old}, {size}, {stride}, 0)"
+        return f"{self.new} = {view}  # reuse"
 
     def uses(self) -> tuple[str, ...]:
         return (self.old,)
@@ -280,6 +288,13 @@ class WrapperCodeGen:
             self.lines.append(KernelCallLine(name, kernel))
         self.plan_frees()
         self.plan_reuse()
+        if self.cuda_device() is None:  # tensors on several GPUs: name each one's
+            self.lines = [
+                dataclasses.replace(line, on_current_device=False)
+                if isinstance(line, AllocateLine) and line.layout.device.type == "cuda"
+                else line
+                for line in self.lines
+            ]
 
     def allocate(self, name: str, layout: FixedLayout) -> list[Line]:
         """Memory for a kernel's output: its own, or a slice of its owner's (cat)."""
@@ -467,8 +482,9 @@ class WrapperCodeGen:
             "",
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
-            "    benchmark, empty_strided, extern_kernels, launch, restride,",
-            "    persistent_blocks, rand_strided,",
+            "    benchmark, empty_strided, empty_strided_cpu, empty_strided_cuda,",
+            "    extern_kernels, launch, persistent_blocks, rand_strided,",
+            "    reinterpret_tensor, restride,",
             ")",
             "",
             "aten = torch.ops.aten",
@@ -490,15 +506,30 @@ class WrapperCodeGen:
         if names:
             body += [", ".join(names) + ("," if len(names) == 1 else "") + " = args"]
         body += ["args.clear()"]
-        body += self.bind_sizes()
+        work = self.bind_sizes()
         for line in self.lines:
-            body += line.codegen().splitlines()
+            work += line.codegen().splitlines()
         outputs = [
             b.name if isinstance(b, Buffer) else "None" if b is None else pexpr(b)
             for b in self.graph.graph_outputs
         ]
-        body += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
-        return ["def call(args):"] + ["    " + line for line in body]
+        work += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
+        index = self.cuda_device()
+        if index is not None:
+            guard = f"with torch.cuda._DeviceGuard({index}):"
+            work = [guard] + ["    " + line for line in work]
+        return ["def call(args):"] + ["    " + line for line in body + work]
+
+    def cuda_device(self) -> int | None:
+        """The one GPU the graph's tensors live on; None if none or several."""
+        devices = {b.get_device() for b in self.graph.buffers}
+        devices |= {
+            v.get_device()
+            for v in self.graph.graph_inputs.values()
+            if isinstance(v, TensorBox)
+        }
+        gpus = {d.index or 0 for d in devices if d.type == "cuda"}
+        return gpus.pop() if len(gpus) == 1 else None
 
     def generate_benchmark(self) -> list[str]:
         body = []

@@ -63,7 +63,8 @@ def generate(fn, *args):
 def call_body(source):
     start = source.index("def call(args):")
     end = source.index("\n\n", start)
-    return [line.strip() for line in source[start:end].splitlines()[1:]]
+    lines = [line.strip() for line in source[start:end].splitlines()[1:]]
+    return [line for line in lines if not line.startswith("with torch.cuda._Device")]
 
 
 def run(source, *args):
@@ -250,9 +251,8 @@ def test_kernel_launch_line():
     a, b, c = (randn(33, 65) for _ in range(3))
     _, source = check_against_eager(lambda a, b, c: (a * b + c,), a, b, c)
     body = call_body(source)
-    assert (
-        body[2] == f"buf0 = empty_strided((33, 65), (65, 1), device='{DEVICE}', "
-        "dtype=torch.float32)"
+    assert body[2] == (
+        f"buf0 = empty_strided_{DEVICE.type}((33, 65), (65, 1), torch.float32)"
     )
     assert (
         body[3] == "launch(triton_poi_fused_add_mul_0, 2145, a_1, b_1, c_1, buf0, "
@@ -395,7 +395,9 @@ def _softmaxes(x):
     return _softmax(y, 1).sum(0), _softmax(y, 0).sum(1)
 
 
-REUSE = re.compile(rf"^({NAME}) = ({NAME})(\.as_strided\(.*\))?  # reuse$")
+REUSE = re.compile(
+    rf"^({NAME}) = (?:reinterpret_tensor\()?({NAME})(, .*, 0\))?  # reuse$"
+)
 
 
 def reuses(body):
@@ -413,7 +415,8 @@ def test_dead_buffer_is_reused_by_the_next_kernels_outputs():
         ("buf10", "buf6"),
     ]
     assert "buf8 = buf2  # reuse" in body  # the same layout: the tensor as it is
-    assert "buf7 = buf3.as_strided((7,), (1,))  # reuse" in body  # (1, 7) seen as (7,)
+    # (1, 7) seen as (7,)
+    assert "buf7 = reinterpret_tensor(buf3, (7,), (1,), 0)  # reuse" in body
     assert not [line for line in body if re.match(r"buf(7|8|10) = empty_strided", line)]
     assert sum(isinstance(line, ReuseLine) for line in wrapper.lines) == 3
 
@@ -440,7 +443,7 @@ def test_an_outputs_memory_is_never_reused():
 
     wrapper, source = check_against_eager(f, randn(5, 7))
     body, freed = check_memory_lines(source, wrapper.graph)
-    assert "buf0" in freed and "buf2 = buf0.as_strided(" in source
+    assert "buf0" in freed and "buf2 = reinterpret_tensor(buf0, " in source
     assert not reuses(body)
 
 
@@ -498,7 +501,8 @@ def test_planner_reuses_after_the_last_use_and_moves_the_del():
         "work(buf1, buf2)",
     ]
     lines[5] = alloc("buf1", L75)  # as many elements, another layout
-    assert planned(lines)[4] == "buf1 = buf0.as_strided((7, 5), (5, 1))  # reuse"
+    reused = "buf1 = reinterpret_tensor(buf0, (7, 5), (5, 1), 0)  # reuse"
+    assert planned(lines)[4] == reused
 
 
 @pytest.mark.parametrize(
@@ -644,10 +648,25 @@ def test_reuse_with_symbolic_sizes():
     found = reuses(body)
     assert found
     symbolic = r"\bs\d+\b"
-    viewed = [body[k] for _, _, k in found if ".as_strided(" in body[k]]
+    viewed = [body[k] for _, _, k in found if "reinterpret_tensor(" in body[k]]
     assert viewed and all(re.search(symbolic, line) for line in viewed)
     for _, old, _ in found:  # the memory came from an allocation of symbolic size
         made = next(line for line in body if line.startswith(f"{old} = "))
         while reused := REUSE.match(made):  # a reuse of a reuse: back to its allocation
             made = next(line for line in body if line.startswith(f"{reused[2]} = "))
-        assert "empty_strided(" in made and re.search(symbolic, made)
+        assert "empty_strided_" in made and re.search(symbolic, made)
+
+
+def test_call_runs_on_its_gpu_and_allocations_name_a_device_only_when_needed():
+    a = randn(3, 5)
+    _, source = check_against_eager(lambda a: (a * 2,), a)
+    guarded = "    with torch.cuda._DeviceGuard(0):\n        buf0 = empty_strided_cuda("
+    assert (guarded in source) == (DEVICE.type == "cuda")
+    # with tensors on several GPUs, `call` has no one device: allocations name theirs
+    layout = FixedLayout(torch.device("cuda", 1), torch.float16, (2, 3), (3, 1))
+    assert AllocateLine("buf4", layout, on_current_device=False).codegen() == (
+        "buf4 = empty_strided((2, 3), (3, 1), device='cuda:1', dtype=torch.float16)"
+    )
+    assert AllocateLine("buf4", layout).codegen() == (
+        "buf4 = empty_strided_cuda((2, 3), (3, 1), torch.float16)"
+    )

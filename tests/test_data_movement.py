@@ -1,6 +1,7 @@
 """Ops that move data without arithmetic: cat and stack (written into slices of one
 buffer), flip, roll and repeat (re-indexed reads), triu/tril, and factory functions."""
 
+import re
 import pytest
 import torch
 
@@ -25,8 +26,8 @@ def test_cat_of_two_pointwise_results_writes_one_buffer(device):
     (graph,) = graphs
     assert graph.fallbacks == []
     # one allocation (the result); each piece is a strided window into it
-    assert graph.source.count("empty_strided(") == 1
-    assert graph.source.count(".as_strided(") == 2
+    assert len(re.findall(r"= empty_strided\w*\(", graph.source)) == 1
+    assert graph.source.count("reinterpret_tensor(") == 2
     assert len(graph.kernel_names) == 2
 
 

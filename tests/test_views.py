@@ -5,6 +5,7 @@ and size-0 dims, int64 and bool); structure is pinned too: a view of an input is
 at all, a view feeding a pointwise op is read in place by that op's one kernel.
 """
 
+import re
 import pytest
 import torch
 from hypothesis import given, settings
@@ -91,7 +92,7 @@ def test_transpose_plus_add_is_one_kernel_reading_in_place(device):
     (graph,) = graphs
     assert graph.fallbacks == [] and len(graph.kernel_names) == 1
     # the transposed input is read with its strides: no copy, no intermediate buffer
-    assert "empty_strided" in graph.source and graph.source.count("empty_strided(") == 1
+    assert len(re.findall(r"= empty_strided\w*\(", graph.source)) == 1
     loads = [line for line in graph.source.splitlines() if "tl.load(in_ptr" in line]
     assert any("5*" in line for line in loads), loads
 
