@@ -20,6 +20,7 @@ from minductor import (  # noqa: E402, F401
     reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss
     indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
+    convnets,  # ch. 12: batch norm in training, its backward, pooling
 )
 
 

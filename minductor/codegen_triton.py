@@ -1,4 +1,4 @@
-# generated from chapters/13_triton.md — edit there
+# generated from chapters/14_triton.md — edit there
 
 from __future__ import annotations
 
@@ -608,7 +608,7 @@ def generate_kernel(
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
-    # device asserts are compiled in only in Triton's debug mode (chapter 15)
+    # device asserts are compiled in only in Triton's debug mode (chapter 16)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]

@@ -21,17 +21,17 @@ class Config:
     realize_opcount_threshold: int = 30
     # realize any value whose inlined body would exceed this many ops (ch. 6)
     inline_opcount_limit: int = 200
-    # largest block a pointwise kernel uses (ch. 13)
+    # largest block a pointwise kernel uses (ch. 14)
     max_xblock: int = 1024
-    # reductions over at most this many elements keep a whole row in registers (ch. 13)
+    # reductions over at most this many elements keep a whole row in registers (ch. 14)
     persistent_reduction_limit: int = 4096
-    # ...but only this many when the reduced dimension is not contiguous (ch. 12)
+    # ...but only this many when the reduced dimension is not contiguous (ch. 13)
     outer_persistent_limit: int = 64
-    # the most scheduler nodes one fused kernel may hold (ch. 12)
+    # the most scheduler nodes one fused kernel may hold (ch. 13)
     max_fusion_size: int = 64
-    # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 13)
+    # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 14)
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
-    # where generated modules are written (ch. 15)
+    # where generated modules are written (ch. 16)
     cache_dir: str = field(default_factory=_default_cache_dir)
 
 

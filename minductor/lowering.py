@@ -504,6 +504,17 @@ def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device 
     return next(iter(where.values()), None)
 
 
+def _dense(size, stride) -> bool:
+    """Whether a tensor of this size and stride fills its memory, each element once:
+    ordered by stride, each dimension's stride is the product of the sizes inside it."""
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], shape_env=None
@@ -622,7 +633,7 @@ class GraphLowering(torch.fx.Interpreter):
         nodes = nodes if isinstance(nodes, (tuple, list)) else (nodes,)
         for value, node in zip(results, nodes):
             if isinstance(value, TensorBox):
-                self.graph_outputs.append(self._as_eager(value.realize(self), node))
+                self.graph_outputs.append(self._as_eager(value, node))
             elif value is None or isinstance(value, sympy.Expr):
                 self.graph_outputs.append(value)
             else:
@@ -630,15 +641,25 @@ class GraphLowering(torch.fx.Interpreter):
         return results
 
 
-    def _as_eager(self, buf: Buffer, node: Any) -> Buffer:
-        """An output in eager's strides, where eager's are contiguous and ours not."""
+    def _as_eager(self, box: TensorBox, node: Any) -> Buffer:
+        """An output in memory, in eager's strides where they are static and dense."""
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if not (isinstance(meta, torch.Tensor) and isinstance(buf.layout, FixedLayout)):
-            return buf
+        if not isinstance(meta, torch.Tensor):
+            return box.realize(self)
         static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
-        if not static or not meta.is_contiguous():
+        if not static or not _dense(meta.shape, meta.stride()):
+            return box.realize(self)
+        stride = as_exprs(meta.stride())
+        if isinstance(box.data, Pointwise):  # computed here: straight into them
+            body = box.data
+            exact = FixedLayout(body.device, body.dtype, tuple(body.ranges), stride)
+            box.data = ComputedBuffer(self.new_buffer_name(), exact, body)
+            self.register_buffer(box.data)
+            return box.data
+        buf = box.realize(self)
+        if not isinstance(buf.layout, FixedLayout):
             return buf
-        return self.require_strides(buf, as_exprs(meta.stride()))
+        return self.require_strides(buf, stride)
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)

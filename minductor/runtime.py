@@ -1,4 +1,4 @@
-# generated from chapters/15_runtime.md — edit there
+# generated from chapters/16_runtime.md — edit there
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ _launchers: dict[tuple, Launcher] = {}
 
 @functools.lru_cache(maxsize=None)
 def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
-    """Blocks for a persistent kernel whose row length is known only now (chapter 13's
+    """Blocks for a persistent kernel whose row length is known only now (chapter 14's
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
     from minductor.codegen_triton import reduction_config
 

@@ -1,4 +1,4 @@
-# generated from chapters/14_wrapper.md — edit there
+# generated from chapters/15_wrapper.md — edit there
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class AllocateLine:
         lay = self.layout
         sizes = f"{_tuple(lay.size)}, {_tuple(lay.stride)}"
         if self.on_current_device and lay.device.type in ("cpu", "cuda"):
-            # chapter 15: torch's C++ allocator entry, no argument parsing
+            # chapter 16: torch's C++ allocator entry, no argument parsing
             allocate = f"empty_strided_{lay.device.type}"
             return f"{self.name} = {allocate}({sizes}, {lay.dtype})"
         return (

@@ -227,7 +227,12 @@ CASES = {
 
 
 def test_every_registration_has_cases():
-    registered = {op for op in decompositions if op._overloadname != "out"}
+    # this chapter's own; later chapters register more, and test them there
+    registered = {
+        op
+        for op, fn in decompositions.items()
+        if op._overloadname != "out" and fn.__module__ == "minductor.decompositions"
+    }
     assert registered == set(CASES)
     assert all(op in decompositions for op in CASES)
 

@@ -1,5 +1,5 @@
 """argmax/argmin, max/min with indices, Welford moments, nll_loss: eager's values, and
-the kernels they become (chapters 5, 9, 12 and 13)."""
+the kernels they become (chapters 5, 9, 13 and 14)."""
 
 import pytest
 import torch

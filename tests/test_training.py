@@ -146,3 +146,32 @@ def test_nll_loss_gradient_without_a_scatter(reduction, weighted, device):
     assert backward.fallbacks == []
     if not weighted:
         assert "scatter" not in backward.source
+
+
+SAVED_LAYOUTS = {
+    "channels-last": lambda x: x.to(memory_format=torch.channels_last),
+    "transposed": lambda x: x.transpose(2, 3),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", list(SAVED_LAYOUTS))
+def test_saved_activations_have_the_strides_the_backward_was_compiled_for(
+    layout, device
+):
+    """The forward returns the activations the backward saves, in eager's strides: a
+    channels-last ReLU output stored NCHW was read by the backward as channels-last."""
+    x = SAVED_LAYOUTS[layout](torch.randn(2, 5, 3, 4, device=device))
+    w = torch.randn(5, 1, 1, device=device, requires_grad=True)
+    k = torch.randn(3, 5, 3, 3, device=device, requires_grad=True)
+
+    def f(x, w):
+        y = torch.relu(x * w + 0.3)  # saved: the convolution's backward reads it
+        return F.conv2d(y, k, padding=1).sin().sum()
+
+    x.requires_grad_()
+    expected = torch.autograd.grad(f(x, w), (x, w))
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(f, backend="minductor")(x, w), (x, w))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)

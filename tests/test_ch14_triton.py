@@ -1,4 +1,4 @@
-"""Chapter 13: Triton kernels from scheduler nodes, and the interpreter helpers.
+"""Chapter 14: Triton kernels from scheduler nodes, and the interpreter helpers.
 
 Kernel text is pinned (golden snippets); every op of the math table is run as a
 generated kernel in Triton's interpreter and compared with the table's own PyTorch
@@ -33,7 +33,7 @@ from minductor.ops import MATH_OPS, ops
 from minductor.runtime import interpret_mode, launch, load_module
 from minductor.scheduler import Scheduler, SchedulerNode
 
-pytestmark = pytest.mark.ch13
+pytestmark = pytest.mark.ch14
 
 cpu = torch.device("cpu")
 inf, nan = float("inf"), float("nan")
@@ -289,8 +289,11 @@ def test_three_dimensional_variables():
 def test_transposed_input_kernel_reads_through_strides():
     x, y = torch.randn(7, 5).t(), torch.randn(5, 7)
     _, (kernel,) = kernels_for(lambda x, y: (x * y,), x, y)
-    assert "tmp0 = tl.load(in_ptr0 + (5*x0 + x1), xmask)" in body_lines(kernel)
-    out = torch.empty(5, 7)
+    lines = body_lines(kernel)
+    assert "tmp0 = tl.load(in_ptr0 + (5*x0 + x1), xmask)" in lines
+    # the output takes eager's strides, x's transposed ones: stored along x's rows
+    assert "tl.store(out_ptr0 + (5*x0 + x1), tmp2, xmask)" in lines
+    out = torch.empty_strided((5, 7), (1, 5))
     run_kernel(kernel, {"x_1": x, "y_1": y, "buf0": out})
     torch.testing.assert_close(out, x * y)
 

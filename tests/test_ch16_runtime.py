@@ -1,4 +1,4 @@
-"""Chapter 15: loading generated modules, launching kernels, the runtime helpers."""
+"""Chapter 16: loading generated modules, launching kernels, the runtime helpers."""
 
 import logging
 import os
@@ -22,7 +22,7 @@ from minductor.runtime import (
     restride,
 )
 
-pytestmark = pytest.mark.ch15
+pytestmark = pytest.mark.ch16
 
 # real kernels run on CPU tensors in the interpreter, or on a GPU
 DEVICE = "cpu" if interpret_mode() else "cuda"

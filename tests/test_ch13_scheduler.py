@@ -1,4 +1,4 @@
-"""Chapter 12: dependencies, can_fuse and its reasons, the fusion loop, DCE.
+"""Chapter 13: dependencies, can_fuse and its reasons, the fusion loop, DCE.
 
 Most graphs come from make_fx + GraphLowering; the refusals that lowering cannot
 produce on its own (an index mismatch, two devices) use buffers built by hand.
@@ -28,7 +28,7 @@ from minductor.scheduler import (
 )
 from minductor.sizevars import SizeVarAllocator, index_vars
 
-pytestmark = pytest.mark.ch12
+pytestmark = pytest.mark.ch13
 
 cpu = torch.device("cpu")
 x1, x0 = index_vars(2, "x")[::-1]  # x0 is the innermost merged variable

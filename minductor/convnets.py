@@ -1,0 +1,272 @@
+# generated from chapters/12_convnets.md — edit there
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import sympy
+import torch
+
+from minductor.decompositions import _upcast, register_decomposition
+from minductor.ir import Pointwise, TensorBox
+from minductor.lowering import Unsupported, aten, register_lowering
+from minductor.ops import ops
+from minductor.sizevars import FloorDiv, ModularIndexing
+
+
+def _per_channel(x: torch.Tensor) -> list[int]:
+    return [-1] + [1] * (x.dim() - 2)  # (C, 1, 1): broadcasts along dim 1
+
+
+def _normalize(x, mean, rstd, weight, bias):
+    shape = _per_channel(x)
+    y = (_upcast(x) - mean.view(shape)) * rstd.view(shape)
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y.to(x.dtype)
+
+
+def _batch_statistics(x, eps):
+    dims = [0, *range(2, x.dim())]
+    var, mean = torch.var_mean(_upcast(x), dims, correction=0)
+    return mean, torch.rsqrt(var + eps), var, x.numel() // x.shape[1]
+
+
+@register_decomposition(aten._native_batch_norm_legit_functional)
+def batch_norm_training(
+    x, weight, bias, running_mean, running_var, training, momentum, eps
+):
+    if not training:  # eval mode: the running statistics, which stay as they are
+        y, *saved = aten._native_batch_norm_legit_no_training(
+            x, weight, bias, running_mean, running_var, momentum, eps
+        )
+        return y, *saved, running_mean.clone(), running_var.clone()
+    mean, rstd, var, n = _batch_statistics(x, eps)
+    unbiased = var * (n / max(n - 1, 1))
+    new_mean = running_mean + momentum * (mean - running_mean)
+    new_var = running_var + momentum * (unbiased.to(running_var.dtype) - running_var)
+    y = _normalize(x, mean, rstd, weight, bias)
+    return y, mean, rstd, new_mean.to(running_mean.dtype), new_var
+
+
+@register_decomposition(aten._native_batch_norm_legit.no_stats)
+def batch_norm_without_running_stats(x, weight, bias, training, momentum, eps):
+    mean, rstd, _, _ = _batch_statistics(x, eps)
+    return _normalize(x, mean, rstd, weight, bias), mean, rstd
+
+
+@register_decomposition(aten.native_batch_norm_backward)
+def batch_norm_backward(
+    dy, x, weight, running_mean, running_var, save_mean, save_rstd, train, eps, mask
+):
+    shape = _per_channel(x)
+    dims = [0, *range(2, x.dim())]
+    if train:
+        mean, rstd = save_mean, save_rstd
+    else:
+        mean = running_mean.to(torch.float32) if x.dtype.itemsize < 4 else running_mean
+        rstd = torch.rsqrt(running_var.to(mean.dtype) + eps)
+    dyf = _upcast(dy)
+    xhat = (_upcast(x) - mean.view(shape)) * rstd.view(shape)
+    sum_dy = dyf.sum(dims)
+    sum_dy_xhat = (dyf * xhat).sum(dims)
+    scale = rstd if weight is None else rstd * weight
+    if train:
+        n = x.numel() // x.shape[1]
+        centred = dyf - (sum_dy / n).view(shape) - xhat * (sum_dy_xhat / n).view(shape)
+        dx = centred * scale.view(shape)
+    else:
+        dx = dyf * scale.view(shape)
+    grads = [dx.to(x.dtype), sum_dy_xhat, sum_dy]
+    if weight is not None:
+        grads[1:] = [g.to(weight.dtype) for g in grads[1:]]
+    return tuple(g if wanted else None for g, wanted in zip(grads, mask, strict=True))
+
+
+def _pairs(value, default=None) -> list[int]:
+    value = default if value in (None, []) else value
+    value = [value] if isinstance(value, int) else list(value)
+    return value * 2 if len(value) == 1 else value
+
+
+def pool_size(size, kernel, stride, padding, dilation, ceil_mode) -> int:
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1  # the last window would start in the padding: eager drops it
+    return out
+
+
+def _window_sizes(x: TensorBox, kernel, stride, padding, dilation, ceil_mode):
+    size = x.get_size()
+    if any(not isinstance(s, sympy.Integer) for s in size[-2:]):
+        raise Unsupported("pooling over symbolic spatial sizes")
+    spatial = [int(s) for s in size[-2:]]
+    out = [
+        pool_size(spatial[d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode)
+        for d in range(2)
+    ]
+    return spatial, out
+
+
+def _max_window(x, kernel, stride, padding, dilation, ceil_mode, hw, index):
+    *batch, oh, ow = index
+    load, dtype = x.make_loader(), x.get_dtype()
+    compute = torch.float32 if dtype.itemsize < 4 else dtype  # as every body computes
+    best = where_best = found = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            h = oh * stride[0] - padding[0] + i * dilation[0]
+            w = ow * stride[1] - padding[1] + j * dilation[1]
+            position = ops.index_expr(h * hw[1] + w, torch.int64)
+            inside = _inside(h, hw[0], padding[0], ceil_mode)
+            inside = inside & _inside(w, hw[1], padding[1], ceil_mode)
+            if inside.value is not True:  # an address inside, whatever the value
+                h, w = (sympy.Min(sympy.Max(p, 0), n - 1) for p, n in zip((h, w), hw))
+            value = ops.to_dtype(load([*batch, h, w]), compute)
+            if best is None:  # the first offset
+                best, where_best, found = value, position, inside
+                continue
+            take = ops.logical_or(ops.gt(value, best), ops.isnan(value))
+            if found.value is not True:  # nothing inside yet: the first inside wins
+                take = ops.logical_or(take, ops.logical_not(found.value))
+            if inside.value is not True:
+                take = ops.logical_and(take, inside.value)
+            best = ops.where(take, value, best)
+            where_best = ops.where(take, position, where_best)
+            found = found | inside
+    return best, where_best
+
+
+class _Condition:
+    """A bound test known to be true at compile time, or a boolean value in the body."""
+
+    def __init__(self, value: Any = True):
+        self.value = value
+
+    def __and__(self, other: _Condition) -> _Condition:
+        if self.value is True:
+            return other
+        if other.value is True:
+            return self
+        return _Condition(ops.logical_and(self.value, other.value))
+
+    def __or__(self, other: _Condition) -> _Condition:
+        if self.value is True or other.value is True:
+            return _Condition()
+        return _Condition(ops.logical_or(self.value, other.value))
+
+
+def _inside(position: sympy.Expr, size: int, padding: int, ceil: bool) -> _Condition:
+    if padding == 0 and not ceil:
+        # every window starts inside, and the output size keeps its end inside
+        return _Condition()
+    value = ops.index_expr(position, torch.int64)
+    low = ops.ge(value, ops.constant(0, torch.int64))
+    high = ops.lt(value, ops.constant(size, torch.int64))
+    return _Condition(ops.logical_and(low, high))
+
+
+@register_lowering(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(
+    x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
+):
+    kernel = _pairs(kernel_size)
+    stride, padding = _pairs(stride, kernel), _pairs(padding)
+    dilation = _pairs(dilation)
+    if not x.get_dtype().is_floating_point:
+        raise Unsupported(f"max_pool2d of {x.get_dtype()}")
+    hw, out = _window_sizes(x, kernel, stride, padding, dilation, ceil_mode)
+    size = [*x.get_size()[:-2], *map(sympy.Integer, out)]
+    window = functools.partial(
+        _max_window, x, kernel, stride, padding, dilation, ceil_mode, hw
+    )
+    device, origins = x.get_device(), frozenset({"max_pool2d"})
+    values = Pointwise(device, x.get_dtype(), lambda i: window(i)[0], size, origins)
+    indices = Pointwise(device, torch.int64, lambda i: window(i)[1], size, origins)
+    return TensorBox(values), TensorBox(indices)
+
+
+def _candidate(position, offset, padding, stride, out_size):
+    """The output row whose window holds `position` at this offset, and a test that
+    there is one: position + padding - offset must be a multiple of stride in range."""
+    shift = stride * -(-offset // stride)  # a multiple of stride: the numerator >= 0
+    numerator = position + padding - offset + shift
+    row = FloorDiv(numerator, stride) - shift // stride
+    exact = ops.eq(
+        ops.index_expr(ModularIndexing(numerator, 1, stride), torch.int64),
+        ops.constant(0, torch.int64),
+    )
+    value = ops.index_expr(row, torch.int64)
+    in_range = ops.logical_and(
+        ops.ge(value, ops.constant(0, torch.int64)),
+        ops.lt(value, ops.constant(out_size, torch.int64)),
+    )
+    return sympy.Min(sympy.Max(row, 0), out_size - 1), ops.logical_and(exact, in_range)
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward)
+def max_pool2d_backward(
+    grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
+    kernel = _pairs(kernel_size)
+    stride, padding = _pairs(stride, kernel), _pairs(padding)
+    dilation = _pairs(dilation)
+    hw, out = _window_sizes(x, kernel, stride, padding, dilation, ceil_mode)
+    load_grad, load_index = grad.make_loader(), indices.make_loader()
+    dtype = grad.get_dtype()
+    compute = torch.float32 if dtype.itemsize < 4 else dtype
+
+    def inner_fn(index):
+        *batch, h, w = index
+        here = ops.index_expr(h * hw[1] + w, torch.int64)
+        total = ops.constant(0, compute)
+        for i in range(kernel[0]):
+            oh, has_row = _candidate(h, i * dilation[0], padding[0], stride[0], out[0])
+            for j in range(kernel[1]):
+                ow, has_col = _candidate(
+                    w, j * dilation[1], padding[1], stride[1], out[1]
+                )
+                picked = ops.eq(load_index([*batch, oh, ow]), here)
+                take = ops.logical_and(ops.logical_and(has_row, has_col), picked)
+                g = ops.to_dtype(load_grad([*batch, oh, ow]), compute)
+                total = ops.add(total, ops.where(take, g, ops.constant(0, compute)))
+        return ops.to_dtype(total, dtype)
+
+    origins = frozenset({"max_pool2d_backward"})
+    size = x.get_size()
+    return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, origins))
+
+
+def _uniform_windows(x, out_size):
+    h, w = x.shape[-2:]
+    oh, ow = out_size
+    if oh == 0 or ow == 0 or h % oh or w % ow:
+        return None
+    return h // oh, w // ow
+
+
+@register_decomposition(aten._adaptive_avg_pool2d)
+def adaptive_avg_pool2d(x, output_size):
+    window = _uniform_windows(x, output_size)
+    if window is None or not x.dtype.is_floating_point:
+        return NotImplemented
+    (kh, kw), (oh, ow) = window, output_size
+    if (oh, ow) == (1, 1):  # the global pool: no reshape (in channels-last it is no view)
+        return x.mean((-2, -1), keepdim=True)
+    split = x.reshape(*x.shape[:-2], oh, kh, ow, kw)
+    return split.mean((-3, -1))
+
+
+@register_decomposition(aten._adaptive_avg_pool2d_backward)
+def adaptive_avg_pool2d_backward(grad, x):
+    window = _uniform_windows(x, grad.shape[-2:])
+    if window is None:
+        return NotImplemented
+    kh, kw = window
+    *batch, oh, ow = grad.shape
+    spread = grad.reshape(*batch, oh, 1, ow, 1).expand(*batch, oh, kh, ow, kw)
+    return (spread / (kh * kw)).reshape(x.shape).to(x.dtype)

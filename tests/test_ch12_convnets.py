@@ -1,0 +1,285 @@
+"""Chapter 12: batch norm in training and its backward, max-pooling and its gradient,
+global average pooling, each against eager on awkward shapes, plus ResNet blocks in train
+and eval mode with their structure pinned (no batch-norm or pooling fallback)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICES, run
+
+from minductor.capture import record_compiled
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+def _train_steps(model, x, steps, compile_it):
+    """Runs `steps` training steps; returns the last output, the gradients, the buffers
+    and the compiled graphs."""
+    fn = torch.compile(model, backend="minductor") if compile_it else model
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        for _ in range(steps):
+            for p in model.parameters():
+                p.grad = None
+            xs = x.detach().requires_grad_()
+            out = fn(xs)
+            (out.float() * torch.linspace(-1, 2, out.numel()).view(out.shape)).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
+    return out, grads, dict(model.named_buffers()), graphs
+
+
+def _compare_training(model, x, steps=3, dtype=torch.float32, allowed=()):
+    ours = copy.deepcopy(model)
+    out, grads, buffers, graphs = _train_steps(ours, x, steps, True)
+    out_e, grads_e, buffers_e, _ = _train_steps(model, x, steps, False)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out, out_e, atol=tol, rtol=tol)
+    for name, g in grads_e.items():
+        torch.testing.assert_close(grads[name], g, atol=tol * 10, rtol=tol, msg=name)
+    for name, b in buffers_e.items():  # running statistics, num_batches_tracked
+        torch.testing.assert_close(buffers[name], b, atol=tol, rtol=tol, msg=name)
+    assert [f for g in graphs for f in g.fallbacks if f not in allowed] == []
+    return graphs
+
+
+BATCH_NORMS = {
+    "2-d": (lambda: torch.nn.BatchNorm2d(5), (3, 5, 4, 7)),
+    "2-d, one image, 1x1": (lambda: torch.nn.BatchNorm2d(3), (2, 3, 1, 1)),
+    "1-d over (N, C)": (lambda: torch.nn.BatchNorm1d(6), (9, 6)),
+    "1-d over (N, C, L)": (lambda: torch.nn.BatchNorm1d(4), (3, 4, 5)),
+    "3-d": (lambda: torch.nn.BatchNorm3d(2), (2, 2, 3, 4, 3)),
+    "no affine": (lambda: torch.nn.BatchNorm2d(4, affine=False), (2, 4, 3, 3)),
+    "no running stats": (
+        lambda: torch.nn.BatchNorm2d(4, track_running_stats=False),
+        (2, 4, 3, 5),
+    ),
+    "momentum None (cumulative)": (
+        lambda: torch.nn.BatchNorm2d(3, momentum=None),
+        (4, 3, 2, 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(BATCH_NORMS))
+def test_batch_norm_training_forward_backward_and_running_stats(case, device):
+    make, shape = BATCH_NORMS[case]
+    torch.manual_seed(0)
+    model = make().to(device)
+    if model.affine:
+        with torch.no_grad():
+            model.weight.uniform_(0.5, 1.5)
+            model.bias.uniform_(-1, 1)
+    x = torch.randn(shape, device=device) * 3 + 1
+    _compare_training(model, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_norm_training_channels_last_and_bf16(device):
+    torch.manual_seed(0)
+    model = torch.nn.BatchNorm2d(6).to(device)
+    x = torch.randn(2, 6, 5, 3, device=device).to(memory_format=torch.channels_last)
+    _compare_training(model, x)
+    model = torch.nn.BatchNorm2d(6).to(device, torch.bfloat16)
+    _compare_training(model, x.to(torch.bfloat16), steps=1, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_norm_backward_in_eval_mode(device):
+    torch.manual_seed(0)
+    model = torch.nn.BatchNorm2d(4).to(device)
+    with torch.no_grad():
+        model.running_mean.uniform_(-1, 1)
+        model.running_var.uniform_(0.5, 2)
+    _compare_training(model.eval(), torch.randn(3, 4, 2, 5, device=device))
+
+
+POOLS = {  # kernel, stride, padding, dilation, ceil_mode; input shape
+    "resnet stem 3/2/1": ((3, 2, 1, 1, False), (2, 3, 9, 9)),
+    "2x2 stride 2": ((2, 2, 0, 1, False), (1, 2, 6, 8)),
+    "overlapping 3/1, odd sizes": ((3, 1, 0, 1, False), (2, 1, 5, 7)),
+    "ceil mode": ((3, 2, 0, 1, True), (1, 2, 8, 6)),
+    "ceil mode with padding": ((2, 2, 1, 1, True), (1, 1, 5, 5)),
+    "dilation 2": ((3, 1, 1, 2, False), (1, 2, 7, 6)),
+    "rectangular": (((2, 3), (1, 2), (1, 0), 1, False), (2, 2, 5, 7)),
+    "3-d input (C, H, W)": ((3, 2, 1, 1, False), (3, 7, 5)),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(POOLS))
+def test_max_pool2d_values_indices_and_gradient(case, device):
+    (k, s, p, d, ceil), shape = POOLS[case]
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=device)
+
+    def pool(x):
+        return F.max_pool2d(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+
+    _, fallbacks = run(pool, x, atol=0, rtol=0)
+    assert fallbacks == []
+    x.requires_grad_()
+    g = torch.randn_like(pool(x)[0])
+    expected = torch.autograd.grad(pool(x)[0], x, g)[0]
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(lambda x: pool(x)[0], backend="minductor")(x)
+        got = torch.autograd.grad(out, x, g)[0]
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    assert [f for gr in graphs for f in gr.fallbacks] == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_pool2d_ties_nan_inf_bf16_and_channels_last(device):
+    # ties: eager keeps the first maximum; NaN wins and the last NaN names the index;
+    # a window of -inf names a position inside the input
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, float("nan"), 5.0],
+                      [-float("inf")] * 4, [-float("inf"), 0.0, float("nan"), 1.0]])
+    x = x.view(1, 1, 4, 4).to(device)
+    for k, s, p in [(2, 2, 0), (3, 1, 1), (2, 1, 0)]:
+        run(lambda x: F.max_pool2d(x, k, s, p, return_indices=True), x, atol=0, rtol=0)
+    y = torch.randn(2, 3, 6, 5, device=device).to(memory_format=torch.channels_last)
+    run(lambda y: F.max_pool2d(y, 3, 2, 1, return_indices=True), y, atol=0, rtol=0)
+    run(lambda y: F.max_pool2d(y, 2), y.to(torch.bfloat16), atol=0, rtol=0)
+
+
+ADAPTIVE = {"global": (1, 1), "2x3 windows": (2, 3), "identity": (6, 6)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(ADAPTIVE))
+def test_adaptive_avg_pool2d_with_uniform_windows(case, device):
+    x = torch.randn(2, 3, 6, 6, device=device, requires_grad=True)
+    size = ADAPTIVE[case]
+    _, fallbacks = run(lambda x: F.adaptive_avg_pool2d(x, size), x.detach())
+    assert fallbacks == []
+    g = torch.randn(2, 3, *size, device=device)
+    expected = torch.autograd.grad(F.adaptive_avg_pool2d(x, size), x, g)[0]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: F.adaptive_avg_pool2d(x, size), backend="minductor")
+    got = torch.autograd.grad(compiled(x), x, g)[0]
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_adaptive_avg_pool2d_with_unequal_windows_goes_to_aten(device):
+    x = torch.randn(1, 2, 7, 5, device=device)
+    _, fallbacks = run(lambda x: F.adaptive_avg_pool2d(x, (3, 2)), x)
+    assert fallbacks == ["aten._adaptive_avg_pool2d.default"]
+
+
+class BasicBlock(torch.nn.Module):  # ResNet-18's
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.down = torch.nn.Sequential(
+            torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout)
+        )
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3, 2, 1, bias=False),
+            torch.nn.BatchNorm2d(4),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(3, 2, 1),
+        )
+        self.block = BasicBlock(4, 6, 2)
+        self.head = torch.nn.Linear(6, 5)
+
+    def forward(self, x):
+        y = F.adaptive_avg_pool2d(self.block(self.stem(x)), 1)
+        return self.head(y.flatten(1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_small_resnet_trains_like_eager(layout, device):
+    torch.manual_seed(0)
+    model = Net().to(device)
+    x = torch.randn(2, 3, 17, 15, device=device)
+    if layout == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    # channels-last: the gradient of flatten((N, C, 1, 1)), a view autograd replays
+    # with as_strided, reaches the graph as an as_strided_scatter, which goes to ATen
+    allowed = ["aten.as_strided_scatter.default"] if layout == "channels_last" else []
+    _compare_training(model, x, steps=2, allowed=allowed)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_batch_norm_relu_in_eval_is_one_extern_call_and_one_kernel(device):
+    torch.manual_seed(0)
+    layer = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+    ).to(device).eval()
+    with torch.no_grad():
+        layer[1].running_mean.uniform_(-1, 1)
+        layer[1].running_var.uniform_(0.5, 2)
+        kernels, fallbacks = run(layer, torch.randn(2, 3, 6, 5, device=device))
+    assert fallbacks == [] and len(kernels) == 1
+
+
+def _decomposition_cases():
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    x, dy = torch.randn(4, 3, 5, 2) * 2 + 1, torch.randn(4, 3, 5, 2)
+    w, b = torch.rand(3) + 0.5, torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    _, mean, rstd = aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    g = torch.randn(4, 3, 1, 2)
+    return {
+        aten._native_batch_norm_legit_functional.default: [
+            (x, w, b, rm, rv, True, 0.1, 1e-5),
+            (x, None, None, rm, rv, True, 0.3, 1e-3),
+        ],
+        aten._native_batch_norm_legit.no_stats: [(x, w, b, True, 0.1, 1e-5)],
+        aten.native_batch_norm_backward.default: [
+            (dy, x, w, rm, rv, mean, rstd, True, 1e-5, [True, True, True]),
+            (dy, x, w, rm, rv, None, None, False, 1e-5, [True, False, True]),
+            (dy, x, None, rm, rv, mean, rstd, True, 1e-5, [True, False, False]),
+        ],
+        aten._adaptive_avg_pool2d.default: [(x, [1, 1]), (x, [1, 2]), (x, [5, 2])],
+        aten._adaptive_avg_pool2d_backward.default: [(g, x)],
+    }
+
+
+def test_every_decomposition_of_the_chapter_matches_eager():
+    from minductor.decompositions import decompositions
+
+    cases = _decomposition_cases()
+    ours = {
+        op
+        for op, fn in decompositions.items()
+        if fn.__module__ == "minductor.convnets" and op._overloadname != "out"
+    }
+    assert ours == set(cases)
+    pool = decompositions[torch.ops.aten._adaptive_avg_pool2d.default]
+    assert pool(torch.randn(1, 1, 5, 4), [2, 2]) is NotImplemented  # unequal windows
+    for op, calls in cases.items():
+        for args in calls:
+            expected, got = op(*args), decompositions[op](*args)
+            expected = expected if isinstance(expected, tuple) else (expected,)
+            got = got if isinstance(got, tuple) else (got,)
+            assert len(got) == len(expected), op
+            for g, e in zip(got, expected, strict=True):
+                if e is None:
+                    assert g is None
+                    continue
+                assert (g.dtype, g.shape) == (e.dtype, e.shape), op
+                torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5, msg=str(op))
