@@ -241,6 +241,93 @@ def max_pool2d_backward(
     return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, origins))
 
 
+def _avg_divisor(oh, ow, kernel, stride, padding, hw, include_pad, override):
+    if override:
+        return sympy.Integer(override)
+    bounds = []
+    for o, k, s, p, n in zip((oh, ow), kernel, stride, padding, hw):
+        start = o * s - p
+        end = sympy.Min(start + k, n + p)  # cut at the padded input's end
+        if not include_pad:  # only what lies inside the input
+            start, end = sympy.Max(start, 0), sympy.Min(end, n)
+        bounds.append(end - start)
+    return bounds[0] * bounds[1]
+
+
+def _avg_options(kernel_size, stride, padding):
+    kernel = _pairs(kernel_size)
+    return kernel, _pairs(stride, kernel), _pairs(padding)
+
+
+@register_lowering(aten.avg_pool2d)
+def avg_pool2d(
+    x, kernel_size, stride=None, padding=0, ceil_mode=False,
+    count_include_pad=True, divisor_override=None,
+):
+    kernel, stride, padding = _avg_options(kernel_size, stride, padding)
+    if not x.get_dtype().is_floating_point:
+        raise Unsupported(f"avg_pool2d of {x.get_dtype()}")
+    hw, out = _window_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)
+    load, dtype = x.make_loader(), x.get_dtype()
+    compute = torch.float32 if dtype.itemsize < 4 else dtype
+
+    def inner_fn(index):
+        *batch, oh, ow = index
+        total = ops.constant(0, compute)
+        for i in range(kernel[0]):
+            for j in range(kernel[1]):
+                h = oh * stride[0] - padding[0] + i
+                w = ow * stride[1] - padding[1] + j
+                inside = _inside(h, hw[0], padding[0], ceil_mode)
+                inside = inside & _inside(w, hw[1], padding[1], ceil_mode)
+                if inside.value is not True:
+                    h, w = (sympy.Min(sympy.Max(p, 0), n - 1) for p, n in zip((h, w), hw))
+                value = ops.to_dtype(load([*batch, h, w]), compute)
+                if inside.value is not True:
+                    value = ops.where(inside.value, value, ops.constant(0, compute))
+                total = ops.add(total, value)
+        divisor = _avg_divisor(
+            oh, ow, kernel, stride, padding, hw, count_include_pad, divisor_override
+        )
+        divided = ops.truediv(total, ops.index_expr(divisor, compute))
+        return ops.to_dtype(divided, dtype)
+
+    size = [*x.get_size()[:-2], *map(sympy.Integer, out)]
+    origins = frozenset({"avg_pool2d"})
+    return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, origins))
+
+
+@register_lowering(aten.avg_pool2d_backward)
+def avg_pool2d_backward(
+    grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override,
+):
+    kernel, stride, padding = _avg_options(kernel_size, stride, padding)
+    hw, out = _window_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)
+    load_grad, dtype = grad.make_loader(), grad.get_dtype()
+    compute = torch.float32 if dtype.itemsize < 4 else dtype
+
+    def inner_fn(index):
+        *batch, h, w = index
+        total = ops.constant(0, compute)
+        for i in range(kernel[0]):
+            oh, has_row = _candidate(h, i, padding[0], stride[0], out[0])
+            for j in range(kernel[1]):
+                ow, has_col = _candidate(w, j, padding[1], stride[1], out[1])
+                divisor = _avg_divisor(
+                    oh, ow, kernel, stride, padding, hw, count_include_pad,
+                    divisor_override,
+                )
+                g = ops.to_dtype(load_grad([*batch, oh, ow]), compute)
+                share = ops.truediv(g, ops.index_expr(divisor, compute))
+                take = ops.logical_and(has_row, has_col)
+                total = ops.add(total, ops.where(take, share, ops.constant(0, compute)))
+        return ops.to_dtype(total, dtype)
+
+    origins = frozenset({"avg_pool2d_backward"})
+    return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, x.get_size(), origins))
+
+
 def _uniform_windows(x, out_size):
     h, w = x.shape[-2:]
     oh, ow = out_size

@@ -27,6 +27,7 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
     _constant_box,
+    _dense,
     _device,
     _origins,
     _scalar,
@@ -559,6 +560,27 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
         return ops.where(on, value, load_x(i))
 
     box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    return TensorBox(box)
+
+
+@register_lowering(aten.as_strided_scatter, graph=True)
+def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
+    offset = storage_offset or 0
+    static = all(isinstance(v, int) for v in (*size, *stride, offset))
+    if not (static and _eager_storage_is_ours(graph, x) and _dense(size, stride)):
+        raise Unsupported("as_strided_scatter: not a dense window on a plain tensor")
+    full = x.get_size()
+    count = product(size)
+    load_x = x.make_loader()
+    load_src = converting_loader(src, src.get_size(), x.get_dtype())
+
+    def inner_fn(index):
+        position = flat_index(index, contiguous_strides(full)) - offset
+        at = sympy.Min(sympy.Max(position, 0), count - 1)
+        source = [ModularIndexing(at, st, n) for n, st in zip(size, stride)]
+        return ops.where(_within(position, 0, count), load_src(source), load_x(index))
+
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, full, _origins([x, src]))
     return TensorBox(box)
 
 

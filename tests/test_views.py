@@ -248,3 +248,24 @@ def test_generated_code_for_a_stepped_slice():
     (graph,) = graphs
     # the slice is an offset (1 row of 13, plus 2) and a stride (3) in the load
     assert "3*x0 + 13*x1 + 15" in graph.source
+
+
+AS_STRIDED_SCATTERS = {  # x's shape, the window (size, stride, offset), lowered?
+    "the whole tensor": ((12,), ((2, 6), (6, 1), 0), True),
+    "transposed window": ((4, 6), ((6, 4), (1, 6), 0), True),
+    "window at an offset": ((30,), ((2, 3, 4), (12, 4, 1), 5), True),
+    "size-1 dims": ((2, 6), ((2, 1, 6, 1), (6, 6, 1, 1), 0), True),
+    "gaps: every other element": ((10,), ((5,), (2,), 0), False),
+    "overlapping rows": ((8,), ((3, 4), (2, 1), 0), False),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(AS_STRIDED_SCATTERS))
+def test_as_strided_scatter_is_eagers(case, device):
+    shape, (size, stride, offset), lowered = AS_STRIDED_SCATTERS[case]
+    x = torch.randn(shape, device=device)
+    src = torch.randn(size, device=device)
+    fn = lambda x, src: torch.as_strided_scatter(x * 2, src + 1, size, stride, offset)  # noqa: E731
+    _, fallbacks = run(fn, x, src, atol=0, rtol=0)
+    assert fallbacks == ([] if lowered else ["aten.as_strided_scatter.default"])
