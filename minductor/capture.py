@@ -11,7 +11,7 @@ import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 
-from minductor.config import config
+from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
 from minductor.lowering import CannotCompile, GraphLowering
 from minductor.runtime import interpret_mode, load_module
@@ -117,10 +117,24 @@ def compile_backward(
     return compile_fx(gm, example_inputs)
 
 
-def minductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+def _with_settings(compiler: Callable, changes: dict[str, Any]) -> Callable:
+    def compile_with_settings(gm, example_inputs):
+        with config.patch(changes):
+            return compiler(gm, example_inputs)
+
+    return compile_with_settings
+
+
+def minductor_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Callable:
+    changes = settings(mode, options)
     backend = aot_autograd(
-        fw_compiler=compile_fx,
-        bw_compiler=compile_backward,
+        fw_compiler=_with_settings(compile_fx, changes),
+        bw_compiler=_with_settings(compile_backward, changes),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph

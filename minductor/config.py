@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("minductor")
 
 
 def _default_cache_dir() -> str:
@@ -34,5 +41,55 @@ class Config:
     # where generated modules are written (ch. 16)
     cache_dir: str = field(default_factory=_default_cache_dir)
 
+    @contextlib.contextmanager
+    def patch(self, changes: dict[str, Any]) -> Iterator[None]:
+        """These settings inside the block, the old ones restored after it."""
+        saved = {name: getattr(self, name) for name in changes}
+        for name, value in changes.items():
+            setattr(self, name, value)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
 
 config = Config()
+
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_UNBUILT = {
+    "reduce-overhead": "CUDA graphs",
+    "max-autotune": "autotuning and CUDA graphs",
+    "max-autotune-no-cudagraphs": "autotuning",
+}
+_warned: set[str] = set()
+
+
+def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The config changes that `mode` and `options` ask for; an error for others."""
+    mode = mode or "default"
+    if mode not in MODES:
+        raise ValueError(f"minductor: unknown mode {mode!r}; the modes are {MODES}")
+    if mode in _UNBUILT and mode not in _warned:
+        _warned.add(mode)
+        log.warning(
+            "minductor: mode=%r asks for %s, which minductor does not build yet; "
+            "compiling as mode='default'", mode, _UNBUILT[mode]
+        )
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    changes = dict(options or {})
+    for name, value in changes.items():
+        if name not in fields:
+            valid = ", ".join(sorted(fields))
+            raise ValueError(
+                f"minductor: unknown option {name!r}; the options are: {valid}"
+            )
+        expected = type(getattr(config, name))
+        is_bool = isinstance(value, bool)
+        if not isinstance(value, expected) or is_bool != (expected is bool):
+            raise TypeError(
+                f"minductor: option {name!r} takes a {expected.__name__}, "
+                f"got {value!r}"
+            )
+    return changes

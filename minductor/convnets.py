@@ -112,6 +112,10 @@ def _window_sizes(x: TensorBox, kernel, stride, padding, dilation, ceil_mode):
     return spatial, out
 
 
+def _clamp(position: sympy.Expr, size: int) -> sympy.Expr:
+    return sympy.Min(sympy.Max(position, 0), size - 1)
+
+
 def _max_window(x, kernel, stride, padding, dilation, ceil_mode, hw, index):
     *batch, oh, ow = index
     load, dtype = x.make_loader(), x.get_dtype()
@@ -125,7 +129,7 @@ def _max_window(x, kernel, stride, padding, dilation, ceil_mode, hw, index):
             inside = _inside(h, hw[0], padding[0], ceil_mode)
             inside = inside & _inside(w, hw[1], padding[1], ceil_mode)
             if inside.value is not True:  # an address inside, whatever the value
-                h, w = (sympy.Min(sympy.Max(p, 0), n - 1) for p, n in zip((h, w), hw))
+                h, w = (_clamp(p, n) for p, n in zip((h, w), hw))
             value = ops.to_dtype(load([*batch, h, w]), compute)
             if best is None:  # the first offset
                 best, where_best, found = value, position, inside
@@ -281,7 +285,7 @@ def avg_pool2d(
                 inside = _inside(h, hw[0], padding[0], ceil_mode)
                 inside = inside & _inside(w, hw[1], padding[1], ceil_mode)
                 if inside.value is not True:
-                    h, w = (sympy.Min(sympy.Max(p, 0), n - 1) for p, n in zip((h, w), hw))
+                    h, w = (_clamp(p, n) for p, n in zip((h, w), hw))
                 value = ops.to_dtype(load([*batch, h, w]), compute)
                 if inside.value is not True:
                     value = ops.where(inside.value, value, ops.constant(0, compute))
@@ -342,7 +346,7 @@ def adaptive_avg_pool2d(x, output_size):
     if window is None or not x.dtype.is_floating_point:
         return NotImplemented
     (kh, kw), (oh, ow) = window, output_size
-    if (oh, ow) == (1, 1):  # the global pool: no reshape (in channels-last it is no view)
+    if (oh, ow) == (1, 1):  # the global pool: no reshape (channels-last: not a view)
         return x.mean((-2, -1), keepdim=True)
     split = x.reshape(*x.shape[:-2], oh, kh, ow, kw)
     return split.mean((-3, -1))

@@ -22,7 +22,7 @@ from minductor.capture import (
     record_compiled,
     run_and_get_code,
 )
-from minductor.config import config
+from minductor.config import _warned, config, settings
 from minductor.runtime import interpret_mode
 
 pytestmark = pytest.mark.ch01
@@ -284,3 +284,53 @@ def test_entry_point_discovery_then_import_registers_once():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
+
+
+# --- modes and options ------------------------------------------------------------------
+
+
+def _chain(x):
+    return torch.softmax(x.sin(), -1) * 2  # max, sum and the rest: one kernel, fused
+
+
+def test_options_set_config_for_this_compile_only_and_reach_the_backward():
+    x = torch.randn(5, 3, requires_grad=True)
+    counts = {}
+    for fusion in (64, 1):
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            compiled = torch.compile(
+                _chain, backend="minductor", options={"max_fusion_size": fusion}
+            )
+            out = compiled(x)
+            out.sum().backward()
+        torch.testing.assert_close(out, _chain(x))
+        counts[fusion] = [len(g.kernel_names) for g in graphs]  # forward, backward
+    assert counts[64] == [1, 1]
+    assert counts[1][0] > 1 and counts[1][1] > 1  # both graphs compiled unfused
+    assert config.max_fusion_size == 64  # restored
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_every_mode_compiles_and_runs_right(mode, caplog):
+    torch._dynamo.reset()
+    _warned.clear()  # the log says it once per mode and process
+    x = torch.randn(4, 6)
+    with caplog.at_level(logging.WARNING, logger="minductor"):
+        out = torch.compile(_chain, backend="minductor", mode=mode)(x)
+    torch.testing.assert_close(out, _chain(x))
+    said = [r.getMessage() for r in caplog.records if "does not build" in r.getMessage()]
+    assert bool(said) == (mode != "default")
+
+
+def test_unknown_option_or_mode_or_wrong_type_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown option 'max_fusion'.*max_fusion_size"):
+        settings(None, {"max_fusion": 2})
+    with pytest.raises(ValueError, match="unknown mode 'fast'.*reduce-overhead"):
+        settings("fast", None)
+    with pytest.raises(TypeError, match="takes a int, got True"):
+        settings(None, {"max_fusion_size": True})
+    torch._dynamo.reset()
+    compiled = torch.compile(_chain, backend="minductor", options={"no_such": 1})
+    with pytest.raises(Exception, match="unknown option 'no_such'"):
+        compiled(torch.randn(3))
