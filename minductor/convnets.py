@@ -8,7 +8,7 @@ from typing import Any
 import sympy
 import torch
 
-from minductor.decompositions import _upcast, register_decomposition
+from minductor.decompositions import _BORROWED, _upcast, register_decomposition
 from minductor.ir import Pointwise, TensorBox
 from minductor.lowering import Unsupported, aten, register_lowering
 from minductor.ops import ops
@@ -84,6 +84,9 @@ def batch_norm_backward(
     if weight is not None:
         grads[1:] = [g.to(weight.dtype) for g in grads[1:]]
     return tuple(g if wanted else None for g, wanted in zip(grads, mask, strict=True))
+
+
+_BORROWED.extend([aten.native_group_norm, aten.native_group_norm_backward])
 
 
 def _pairs(value, default=None) -> list[int]:

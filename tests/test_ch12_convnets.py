@@ -323,3 +323,30 @@ def test_avg_pool2d_in_bf16_and_channels_last(device):
     x = torch.randn(2, 3, 7, 5, device=device).to(memory_format=torch.channels_last)
     run(lambda x: F.avg_pool2d(x, 3, 2, 1), x)
     run(lambda x: F.avg_pool2d(x, 2), x.to(torch.bfloat16), atol=1e-2, rtol=1e-2)
+
+
+NORMS = {
+    "group norm": (lambda: torch.nn.GroupNorm(3, 6), (2, 6, 4, 5)),
+    "group norm, one group, no affine": (
+        lambda: torch.nn.GroupNorm(1, 4, affine=False),
+        (3, 4, 5),
+    ),
+    "instance norm": (lambda: torch.nn.InstanceNorm2d(4, affine=True), (2, 4, 3, 5)),
+    "instance norm with running stats": (
+        lambda: torch.nn.InstanceNorm1d(3, track_running_stats=True),
+        (2, 3, 7),
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(NORMS))
+def test_group_and_instance_norm_train_like_eager(case, device):
+    make, shape = NORMS[case]
+    torch.manual_seed(0)
+    model = make().to(device)
+    if getattr(model, "weight", None) is not None:
+        with torch.no_grad():
+            model.weight.uniform_(0.5, 1.5)
+            model.bias.uniform_(-1, 1)
+    _compare_training(model, torch.randn(shape, device=device) * 2 + 1, steps=2)
