@@ -160,7 +160,7 @@ def advanced_index(x: TensorBox, indices: Sequence[Any]):
     return ranges, where, [indices[d] for d in dims]
 
 
-@register_lowering(aten.index.Tensor)
+@register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x, indices):
     ranges, where, boxes = advanced_index(x, indices)
     return _gathered(x, boxes[0], ranges, where)

@@ -350,3 +350,30 @@ def test_group_and_instance_norm_train_like_eager(case, device):
             model.weight.uniform_(0.5, 1.5)
             model.bias.uniform_(-1, 1)
     _compare_training(model, torch.randn(shape, device=device) * 2 + 1, steps=2)
+
+
+RESAMPLING = {
+    "nearest x2": dict(scale_factor=2),
+    "nearest x2.5": dict(scale_factor=2.5),
+    "nearest to a size": dict(size=(4, 7)),
+    "nearest, shrinking": dict(size=(2, 2)),
+    "bilinear x2": dict(scale_factor=2, mode="bilinear"),
+    "bilinear, align corners": dict(size=(5, 4), mode="bilinear", align_corners=True),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(RESAMPLING))
+def test_upsampling_and_its_gradient_compile_with_no_fallback(case, device):
+    kwargs = RESAMPLING[case]
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 3, 3, device=device, requires_grad=True)
+    g = torch.randn_like(F.interpolate(x, **kwargs))
+    expected = torch.autograd.grad(F.interpolate(x, **kwargs), x, g)[0]
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(lambda x: F.interpolate(x, **kwargs), backend="minductor")(x)
+        got = torch.autograd.grad(out, x, g)[0]
+    torch.testing.assert_close(out, F.interpolate(x, **kwargs), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert [f for gr in graphs for f in gr.fallbacks] == []
