@@ -504,6 +504,17 @@ def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device 
     return next(iter(where.values()), None)
 
 
+def _no_overlap(size, stride) -> bool:
+    """Whether no two elements of a tensor of this size and stride share memory (gaps
+    allowed): ordered by stride, each stride passes the last element inside it."""
+    reach = 0  # the furthest offset the dimensions so far can reach
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st <= reach:
+            return False
+        reach += st * (n - 1)
+    return True
+
+
 def _dense(size, stride) -> bool:
     """Whether a tensor of this size and stride fills its memory, each element once:
     ordered by stride, each dimension's stride is the product of the sizes inside it."""
@@ -642,12 +653,13 @@ class GraphLowering(torch.fx.Interpreter):
 
 
     def _as_eager(self, box: TensorBox, node: Any) -> Buffer:
-        """An output in memory, in eager's strides where they are static and dense."""
+        """An output in memory, in eager's strides where they are static and no two
+        elements share memory."""
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if not isinstance(meta, torch.Tensor):
             return box.realize(self)
         static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
-        if not static or not _dense(meta.shape, meta.stride()):
+        if not static or not _no_overlap(meta.shape, meta.stride()):
             return box.realize(self)
         stride = as_exprs(meta.stride())
         if isinstance(box.data, Pointwise):  # computed here: straight into them

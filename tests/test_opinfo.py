@@ -166,11 +166,6 @@ SUBSET: dict[str, tuple[str, ...]] = {
 # Every case of the whole sweep (SWEEP_DTYPES, SAMPLES, gradients for float32) that
 # fails today, and why. Remove an entry when the case passes; the tests insist.
 
-SAVED_VIEW_STRIDES = (
-    "crash in backward: the backward wrapper as_strided()s a saved tensor (slice_12) "
-    "with the strides it was traced with, (1, 5), but the compiled forward saved a "
-    "contiguous 5-element tensor: setStorage out of bounds"
-)
 BATCH_NORM_STATS_DTYPE = (
     "wrong dtype of an empty result: native_batch_norm at inference (training=False) "
     "on bfloat16 inputs reaches the compiler as _native_batch_norm_legit_no_training, "
@@ -180,7 +175,6 @@ BATCH_NORM_STATS_DTYPE = (
 
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
     ("native_batch_norm", "bfloat16"): BATCH_NORM_STATS_DTYPE,
-    ("linalg.householder_product", "float32"): SAVED_VIEW_STRIDES,
 }
 
 
