@@ -8,7 +8,12 @@ from typing import Any
 import sympy
 import torch
 
-from minductor.decompositions import _BORROWED, _upcast, register_decomposition
+from minductor.decompositions import (
+    _BORROWED,
+    _upcast,
+    batch_norm_stats_dtype,
+    register_decomposition,
+)
 from minductor.ir import Pointwise, TensorBox
 from minductor.lowering import Unsupported, aten, register_lowering
 from minductor.ops import ops
@@ -35,6 +40,11 @@ def _batch_statistics(x, eps):
     return mean, torch.rsqrt(var + eps), var, x.numel() // x.shape[1]
 
 
+def _saved(x, params, *stats):
+    """The statistics in the dtype eager returns them in (chapter 2's rule)."""
+    return tuple(s.to(batch_norm_stats_dtype(x, *params)) for s in stats)
+
+
 @register_decomposition(aten._native_batch_norm_legit_functional)
 def batch_norm_training(
     x, weight, bias, running_mean, running_var, training, momentum, eps
@@ -49,13 +59,16 @@ def batch_norm_training(
     new_mean = running_mean + momentum * (mean - running_mean)
     new_var = running_var + momentum * (unbiased.to(running_var.dtype) - running_var)
     y = _normalize(x, mean, rstd, weight, bias)
-    return y, mean, rstd, new_mean.to(running_mean.dtype), new_var
+    params = weight, bias, running_mean, running_var
+    saved = _saved(x, params, mean, rstd)
+    return y, *saved, new_mean.to(running_mean.dtype), new_var
 
 
 @register_decomposition(aten._native_batch_norm_legit.no_stats)
 def batch_norm_without_running_stats(x, weight, bias, training, momentum, eps):
     mean, rstd, _, _ = _batch_statistics(x, eps)
-    return _normalize(x, mean, rstd, weight, bias), mean, rstd
+    saved = _saved(x, (weight, bias), mean, rstd)
+    return _normalize(x, mean, rstd, weight, bias), *saved
 
 
 @register_decomposition(aten.native_batch_norm_backward)

@@ -351,6 +351,15 @@ randn_like = register_decomposition(
 )(_random_like(torch.randn))
 
 
+def batch_norm_stats_dtype(x, *params) -> torch.dtype:
+    """The dtype of the statistics eager's batch norm returns for input x."""
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    if x.device.type != "cpu":
+        return compute
+    other = [p.dtype for p in params if p is not None and p.dtype != x.dtype]
+    return other[0] if other else x.dtype
+
+
 @register_decomposition(aten._native_batch_norm_legit_no_training)
 def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
     compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
@@ -363,7 +372,8 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
     if bias is not None:
         y = y + bias.view(per_channel)
     if x.device.type == "cpu":
-        saved = x.new_zeros((0,), dtype=compute), x.new_zeros((0,), dtype=compute)
+        stats = batch_norm_stats_dtype(x, weight, bias, running_mean, running_var)
+        saved = x.new_zeros((0,), dtype=stats), x.new_zeros((0,), dtype=stats)
     else:
         saved = mean, invstd
     return y.to(x.dtype), *saved

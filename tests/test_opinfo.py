@@ -164,18 +164,10 @@ SUBSET: dict[str, tuple[str, ...]] = {
 
 # ------------------------------------------------------------------------------------
 # Every case of the whole sweep (SWEEP_DTYPES, SAMPLES, gradients for float32) that
-# fails today, and why. Remove an entry when the case passes; the tests insist.
+# fails today, and why. Remove an entry when the case passes; the tests insist. Empty
+# since the last two (batch norm's statistics dtype, a saved strided view) were fixed.
 
-BATCH_NORM_STATS_DTYPE = (
-    "wrong dtype of an empty result: native_batch_norm at inference (training=False) "
-    "on bfloat16 inputs reaches the compiler as _native_batch_norm_legit_no_training, "
-    "whose own eager kernel returns its empty save_mean/save_invstd in float32, where "
-    "native_batch_norm's returns them in bfloat16"
-)
-
-EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    ("native_batch_norm", "bfloat16"): BATCH_NORM_STATS_DTYPE,
-}
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _case_id(op: str, dtype: str) -> str:
