@@ -128,6 +128,10 @@ def _window_sizes(x: TensorBox, kernel, stride, padding, dilation, ceil_mode):
     return spatial, out
 
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype.itemsize < 4 else dtype  # as every body computes
+
+
 def _clamp(position: sympy.Expr, size: int) -> sympy.Expr:
     return sympy.Min(sympy.Max(position, 0), size - 1)
 
@@ -135,7 +139,7 @@ def _clamp(position: sympy.Expr, size: int) -> sympy.Expr:
 def _max_window(x, kernel, stride, padding, dilation, ceil_mode, hw, index):
     *batch, oh, ow = index
     load, dtype = x.make_loader(), x.get_dtype()
-    compute = torch.float32 if dtype.itemsize < 4 else dtype  # as every body computes
+    compute = _compute_dtype(dtype)
     best = where_best = found = None
     for i in range(kernel[0]):
         for j in range(kernel[1]):
@@ -238,7 +242,7 @@ def max_pool2d_backward(
     hw, out = _window_sizes(x, kernel, stride, padding, dilation, ceil_mode)
     load_grad, load_index = grad.make_loader(), indices.make_loader()
     dtype = grad.get_dtype()
-    compute = torch.float32 if dtype.itemsize < 4 else dtype
+    compute = _compute_dtype(dtype)
 
     def inner_fn(index):
         *batch, h, w = index
@@ -289,7 +293,7 @@ def avg_pool2d(
         raise Unsupported(f"avg_pool2d of {x.get_dtype()}")
     hw, out = _window_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)
     load, dtype = x.make_loader(), x.get_dtype()
-    compute = torch.float32 if dtype.itemsize < 4 else dtype
+    compute = _compute_dtype(dtype)
 
     def inner_fn(index):
         *batch, oh, ow = index
@@ -325,7 +329,7 @@ def avg_pool2d_backward(
     kernel, stride, padding = _avg_options(kernel_size, stride, padding)
     hw, out = _window_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)
     load_grad, dtype = grad.make_loader(), grad.get_dtype()
-    compute = torch.float32 if dtype.itemsize < 4 else dtype
+    compute = _compute_dtype(dtype)
 
     def inner_fn(index):
         *batch, h, w = index

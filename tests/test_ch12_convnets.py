@@ -46,6 +46,15 @@ def _compare_training(model, x, steps=3, dtype=torch.float32, allowed=()):
     return graphs
 
 
+def _affine_drawn(model):
+    """The norm with a weight and bias other than 1 and 0, if it has them."""
+    if getattr(model, "weight", None) is not None:
+        with torch.no_grad():
+            model.weight.uniform_(0.5, 1.5)
+            model.bias.uniform_(-1, 1)
+    return model
+
+
 BATCH_NORMS = {
     "2-d": (lambda: torch.nn.BatchNorm2d(5), (3, 5, 4, 7)),
     "2-d, one image, 1x1": (lambda: torch.nn.BatchNorm2d(3), (2, 3, 1, 1)),
@@ -69,11 +78,7 @@ BATCH_NORMS = {
 def test_batch_norm_training_forward_backward_and_running_stats(case, device):
     make, shape = BATCH_NORMS[case]
     torch.manual_seed(0)
-    model = make().to(device)
-    if model.affine:
-        with torch.no_grad():
-            model.weight.uniform_(0.5, 1.5)
-            model.bias.uniform_(-1, 1)
+    model = _affine_drawn(make().to(device))
     x = torch.randn(shape, device=device) * 3 + 1
     _compare_training(model, x)
 
@@ -344,11 +349,7 @@ NORMS = {
 def test_group_and_instance_norm_train_like_eager(case, device):
     make, shape = NORMS[case]
     torch.manual_seed(0)
-    model = make().to(device)
-    if getattr(model, "weight", None) is not None:
-        with torch.no_grad():
-            model.weight.uniform_(0.5, 1.5)
-            model.bias.uniform_(-1, 1)
+    model = _affine_drawn(make().to(device))
     _compare_training(model, torch.randn(shape, device=device) * 2 + 1, steps=2)
 
 

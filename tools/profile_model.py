@@ -21,13 +21,19 @@ from minductor.capture import record_compiled
 from minductor.models import DTYPES, MODELS, on_device, step
 
 
-def host(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
+def build(name: str, training: bool):
+    """The suite's model at its real size, and its inputs (no labels at inference)."""
     spec = next(m for m in MODELS if m.name == name)
-    training = mode == "training"
     torch.manual_seed(0)
     model, inputs = spec.build(spec.real), spec.inputs(spec.real)
     if not training:
         inputs.pop("labels", None)
+    return model, inputs
+
+
+def host(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
+    training = mode == "training"
+    model, inputs = build(name, training)
     model = model.to("cuda", DTYPES[dtype]).train(training)
     x = on_device(inputs, "cuda", DTYPES[dtype])
     fn = torch.compile(model, backend=backend)
@@ -46,12 +52,8 @@ def host(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
 
 def main(name: str, mode: str, dtype: str, out: str, rows: int = 30) -> None:
     Path(out).mkdir(parents=True, exist_ok=True)
-    spec = next(m for m in MODELS if m.name == name)
     training = mode == "training"
-    torch.manual_seed(0)
-    reference, inputs = spec.build(spec.real), spec.inputs(spec.real)
-    if not training:
-        inputs.pop("labels", None)
+    reference, inputs = build(name, training)
     summary = []
     for backend in ("eager", "inductor", "minductor"):
         torch._dynamo.reset()
