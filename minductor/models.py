@@ -494,14 +494,25 @@ def run_suite(args) -> list[Row]:
                 else:
                     found = run_child(spec.name, mode, dtype, args)
                 took = time.perf_counter() - start
-                statuses = ", ".join(f"{r.backend} {r.status}" for r in found)
+                statuses = ", ".join(map(progress, found))
                 print(
                     f"{spec.name} {mode} {dtype} ({took:.0f} s): {statuses}",
                     file=sys.stderr,
                     flush=True,
                 )
                 rows += found
+                if args.json:  # after every child: a suite cut short keeps its rows
+                    write_json(args.json, rows, args.tiny)
     return rows
+
+
+def progress(r: Row) -> str:
+    """One backend's result in a line: status, step time, speed-up, compile time."""
+    if r.step_ms is None:
+        return f"{r.backend} {r.status}"
+    speed = f", {r.speedup:.2f}x" if r.speedup and r.backend != "eager" else ""
+    cold = f", cold {r.cold_s:.1f} s" if r.cold_s is not None else ""
+    return f"{r.backend} {r.status} {r.step_ms:.2f} ms{speed}{cold}"
 
 
 def cell(text: str, width: int = 90) -> str:
@@ -620,6 +631,17 @@ def write(path: str, text: str) -> None:
         f.write(text)
 
 
+def write_json(path: str, rows: list[Row], tiny: bool) -> None:
+    record = dict(
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        torch=torch.__version__,
+        date=datetime.date.today().isoformat(),
+        tiny=tiny,
+        rows=[asdict(r) for r in rows],
+    )
+    write(path, json.dumps(record, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.list:
@@ -633,15 +655,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows = run_suite(args)
     print(markdown(rows))
-    if args.json:
-        record = dict(
-            device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            torch=torch.__version__,
-            date=datetime.date.today().isoformat(),
-            tiny=args.tiny,
-            rows=[asdict(r) for r in rows],
-        )
-        write(args.json, json.dumps(record, indent=1))
     if args.svg:
         write(args.svg, svg(rows))
     return 0
