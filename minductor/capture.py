@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 
@@ -68,10 +70,37 @@ def _shape_env(example_inputs: Sequence[Any]):
     return None
 
 
-def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def _user_visible(user_outputs: int | None) -> range | None:
+    """The outputs of a training forward that its caller sees: AOTAutograd returns the
+    inputs it mutated first, then the model's outputs, then what the backward saves."""
+    if user_outputs is None:
+        return None  # every output: an inference graph, or a backward
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    start = meta.num_mutated_inp_runtime_indices if meta is not None else 0
+    return range(start, start + user_outputs)
+
+
+def _report_strides(graph: GraphLowering) -> None:
+    """Tell AOTAutograd the strides of the outputs: it compiles the backward for them."""
+    context = torch._guards.TracingContext.try_get()
+    reported = getattr(context, "output_strides", None)
+    if reported is None:  # not compiling a forward
+        return
+    for out in graph.graph_outputs:
+        stride = getattr(getattr(out, "layout", None), "stride", None)
+        static = stride is not None and all(s.is_Integer for s in stride)
+        reported.append(tuple(int(s) for s in stride) if static else None)
+
+
+def compile_fx(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    user_outputs: int | None = None,  # a training forward: how many the caller sees
+) -> Callable:
     shape_env = _shape_env(example_inputs)
     try:
-        return _compile(gm, example_inputs, shape_env)
+        return _compile(gm, example_inputs, shape_env, _user_visible(user_outputs))
     except CannotCompile as why:  # an op that is not ATen's, such as with_effects
         return _eager(gm, f"cannot compile: {why}")
     except TypeError as why:  # int(s0), or an unbound symbol
@@ -80,8 +109,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
         return _eager(gm, f"dynamic shapes: {why}")
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs, shape_env) -> Callable:
-    graph = GraphLowering(gm, example_inputs, shape_env).lower()
+def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
+    graph = GraphLowering(gm, example_inputs, shape_env, user_visible).lower()
+    _report_strides(graph)
     device = graph.device or next(
         (b.get_device() for b in graph.buffers), torch.device("cpu")
     )
@@ -132,8 +162,13 @@ def minductor_backend(
     options: dict[str, Any] | None = None,
 ) -> Callable:
     changes = settings(mode, options)
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    forward = functools.partial(
+        compile_fx, user_outputs=len(pytree.arg_tree_leaves(*output.args))
+    )
     backend = aot_autograd(
-        fw_compiler=_with_settings(compile_fx, changes),
+        fw_compiler=_with_settings(forward, changes),
+        inference_compiler=_with_settings(compile_fx, changes),
         bw_compiler=_with_settings(compile_backward, changes),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,

@@ -36,6 +36,8 @@ class Config:
     outer_persistent_limit: int = 64
     # the most scheduler nodes one fused kernel may hold (ch. 13)
     max_fusion_size: int = 64
+    # run a graph's convolutions channels-last where that gains (ch. 12)
+    layout_optimization: bool = True
     # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 14)
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
     # where generated modules are written (ch. 16)

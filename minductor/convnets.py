@@ -3,21 +3,45 @@
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import sympy
 import torch
 
+from minductor.config import config
 from minductor.decompositions import (
     _BORROWED,
     _upcast,
     batch_norm_stats_dtype,
     register_decomposition,
 )
-from minductor.ir import Pointwise, TensorBox
-from minductor.lowering import Unsupported, aten, register_lowering
-from minductor.ops import ops
-from minductor.sizevars import FloorDiv, ModularIndexing
+from minductor.extern import extern_alloc
+from minductor.ir import (
+    FallbackKernel,
+    FixedLayout,
+    MultiOutput,
+    MultiOutputLayout,
+    Pointwise,
+    TensorBox,
+    as_exprs,
+)
+from minductor.lowering import (
+    Unsupported,
+    aten,
+    layout_decisions,
+    layout_rules,
+    register_lowering,
+)
+from minductor.ops import NullHandler, ops, set_handler
+from minductor.sizevars import (
+    FloorDiv,
+    ModularIndexing,
+    affine_coefficients,
+    index_vars,
+)
+
+log = logging.getLogger("minductor")
 
 
 def _per_channel(x: torch.Tensor) -> list[int]:
@@ -381,3 +405,158 @@ def adaptive_avg_pool2d_backward(grad, x):
     *batch, oh, ow = grad.shape
     spread = grad.reshape(*batch, oh, 1, ow, 1).expand(*batch, oh, kh, ow, kw)
     return (spread / (kh * kw)).reshape(x.shape).to(x.dtype)
+
+
+# where each op keeps its convolution's input, weight and groups among its arguments
+CONVOLUTIONS = {
+    aten.convolution.default: (0, 1, 8),
+    aten.convolution_backward.default: (1, 2, 9),
+}
+
+
+def _convolutions(graph) -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+    """(name, input, weight, groups) of every 2-d convolution or its gradient."""
+    found = []
+    for n in graph.module.graph.nodes:
+        if n.target in CONVOLUTIONS:
+            x, w, groups = CONVOLUTIONS[n.target]
+            x, w = n.args[x].meta["val"], n.args[w].meta["val"]
+            if x.dim() == 4:
+                found.append((n.name, x, w, n.args[groups]))
+    return found
+
+
+def layout_decision(graph) -> tuple[bool, str]:
+    """Whether the graph's convolutions should run channels-last, and why."""
+    convs = _convolutions(graph)
+    if not config.layout_optimization:
+        return False, "layout_optimization is off"
+    if not convs:
+        return False, "no 2-d convolution"
+    if len(graph.module.graph.nodes) >= 300 * len(convs):
+        return False, f"{len(convs)} convolution(s) in a large graph"
+    sizes = [s for _, x, w, _ in convs for s in (*x.shape, *w.shape)]
+    if any(isinstance(s, torch.SymInt) for s in sizes):
+        return False, "symbolic sizes"
+    for name, _, w, groups in convs:
+        out_channels, in_per_group, *window = w.shape
+        if groups > 1 and in_per_group > 1:
+            return False, f"{name} is a grouped convolution"
+        if 2 * out_channels <= in_per_group and max(window) > 1:
+            return False, f"{name} shrinks its channels"
+    if all(max(w.shape[:2]) <= 64 for _, _, w, _ in convs):
+        return False, "every convolution is narrow"
+    return True, f"{len(convs)} convolution(s)"
+
+
+def decide_layout_opt(graph) -> bool:
+    chosen, why = layout_decision(graph)
+    log.info("layout: %s (%s)", "channels-last" if chosen else "as given", why)
+    return chosen
+
+
+layout_decisions.append(decide_layout_opt)
+
+
+def channels_last_strides(size) -> tuple[sympy.Expr, ...]:
+    n, c, h, w = size
+    return (c * h * w, sympy.Integer(1), w * c, c)
+
+
+def _channels_last(graph, x):
+    if x is None:
+        return None
+    buf = x.realize(graph)
+    if len(buf.get_size()) != 4:
+        return buf
+    return graph.require_strides(buf, channels_last_strides(buf.get_size()))
+
+
+def _layout(meta: torch.Tensor) -> FixedLayout:
+    """The fake result's layout, channels-last if it is an image."""
+    size = as_exprs(meta.shape)
+    if meta.dim() != 4:
+        return FixedLayout.from_tensor(meta)
+    return FixedLayout(meta.device, meta.dtype, size, channels_last_strides(size))
+
+
+@register_lowering(aten.convolution, graph=True)
+def convolution(graph, x, weight, bias, *options):
+    if not graph.layout_opt or len(x.get_size()) != 4:
+        return extern_alloc(graph, x, weight, bias, *options)
+    x, weight = _channels_last(graph, x), _channels_last(graph, weight)
+    bias = bias.realize(graph) if bias is not None else None
+    target, meta = aten.convolution.default, graph.current_node.meta["val"]
+    buf = FallbackKernel(
+        graph.new_buffer_name(), _layout(meta), target, (x, weight, bias, *options), {}
+    )
+    graph.register_buffer(buf)
+    graph.extern_kernels.append(str(target))
+    return TensorBox(buf)
+
+
+@register_lowering(aten.convolution_backward, graph=True)
+def convolution_backward(graph, grad, x, weight, *options):
+    if not graph.layout_opt or len(x.get_size()) != 4:
+        return extern_alloc(graph, grad, x, weight, *options)
+    grad, x, weight = (_channels_last(graph, t) for t in (grad, x, weight))
+    target = aten.convolution_backward.default
+    parent = FallbackKernel(
+        graph.new_buffer_name(),
+        MultiOutputLayout(grad.get_device()),
+        target,
+        (grad, x, weight, *options),
+        {},
+    )
+    graph.register_buffer(parent)
+    graph.extern_kernels.append(str(target))
+    results = []
+    for k, meta in enumerate(graph.current_node.meta["val"]):
+        if meta is None:  # a gradient output_mask did not ask for
+            results.append(None)
+            continue
+        out = MultiOutput(graph.new_buffer_name(), _layout(meta), parent, k)
+        graph.register_buffer(out)
+        results.append(TensorBox(out))
+    return tuple(results)
+
+
+class _Loads(NullHandler):
+    def __init__(self):
+        self.indices: list[sympy.Expr] = []
+
+    def load(self, name, index):
+        self.indices.append(index)
+
+
+def _ranked(index, variables, dims) -> list[int] | None:
+    """The dims by decreasing stride in index, if each has its own stride."""
+    affine = affine_coefficients(index, variables)
+    if affine is None:
+        return None
+    coeffs = affine[1]
+    if not all(coeffs[d].is_Integer and coeffs[d] != 0 for d in dims):
+        return None
+    return sorted(dims, key=lambda d: -abs(int(coeffs[d])))
+
+
+def channels_last_rule(graph, body) -> FixedLayout | None:
+    if not graph.layout_opt or type(body) is not Pointwise or len(body.ranges) != 4:
+        return None
+    dims = [d for d in range(4) if not graph.sizevars.statically_known_equals(
+        body.ranges[d], 1
+    )]
+    wanted = [d for d in (0, 2, 3, 1) if d in dims]
+    if wanted == dims:  # channels-last and contiguous are the same memory
+        return None
+    variables = index_vars(4)
+    loads = _Loads()
+    with set_handler(loads):
+        body.inner_fn(variables)
+    if any(_ranked(i, variables, dims) == wanted for i in loads.indices):
+        strides = channels_last_strides(body.ranges)
+        return FixedLayout(body.device, body.dtype, tuple(body.ranges), strides)
+    return None
+
+
+layout_rules.append(channels_last_rule)

@@ -388,6 +388,8 @@ _BORROWED = [
     aten.silu_backward,
     aten.gelu_backward,
     aten.hardtanh_backward,
+    aten.hardsigmoid_backward,  # MobileNetV3's squeeze-excite gate
+    aten.hardswish_backward,
     aten.leaky_relu_backward,
     # gradients of views, gathers and losses: zeros with a slice, a diagonal, rows
     # or targets written in (slice_scatter, index_put with accumulate, scatter)

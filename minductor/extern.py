@@ -169,10 +169,10 @@ EXTERN_ALLOC = [
 ]
 
 
-def _extern_alloc(graph, *args, **kwargs):
+def extern_alloc(graph, *args, **kwargs):
     target = graph.current_node.target
     return graph.fallback(target, args, kwargs, reason="extern kernel", extern=True)
 
 
 for _op in EXTERN_ALLOC:
-    register_lowering(_op, graph=True)(_extern_alloc)
+    register_lowering(_op, graph=True)(extern_alloc)

@@ -466,8 +466,13 @@ class TensorBox:
                     origins,
                 )
             assert isinstance(self.data, (Pointwise, Reduction)), self.data
-            layout = FixedLayout.contiguous(
-                self.data.device, self.data.dtype, self.data.ranges
+            layout_for = getattr(graph, "layout_for", None)  # chapter 6's graph has it
+            layout = (
+                layout_for(self.data)
+                if layout_for is not None
+                else FixedLayout.contiguous(
+                    self.data.device, self.data.dtype, self.data.ranges
+                )
             )
             buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
         graph.register_buffer(buf)

@@ -526,9 +526,19 @@ def _dense(size, stride) -> bool:
     return True
 
 
+# Hooks for chapter 12, which runs the convolutions of a graph channels-last: a
+# graph's layout decision, and the memory order a value gets when it is realized.
+layout_decisions: list[Callable[[GraphLowering], bool]] = []
+layout_rules: list[Callable[[GraphLowering, Any], FixedLayout | None]] = []
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(
-        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], shape_env=None
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        shape_env=None,
+        user_visible: range | None = None,  # outputs the caller sees; None: all
     ):
         super().__init__(gm)
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
@@ -549,6 +559,17 @@ class GraphLowering(torch.fx.Interpreter):
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
+        self.user_visible = user_visible
+        self.layout_opt = any(decide(self) for decide in layout_decisions)
+
+    def layout_for(self, body: Any) -> FixedLayout:
+        """The memory order of a body about to be realized: contiguous, unless a rule
+        of `layout_rules` picks another."""
+        for rule in layout_rules:
+            layout = rule(self, body)
+            if layout is not None:
+                return layout
+        return FixedLayout.contiguous(body.device, body.dtype, body.ranges)
 
     def new_buffer_name(self) -> str:
         name = f"buf{self._names}"
@@ -642,8 +663,11 @@ class GraphLowering(torch.fx.Interpreter):
             results = (results,)
         nodes = self.current_node.args[0]
         nodes = nodes if isinstance(nodes, (tuple, list)) else (nodes,)
-        for value, node in zip(results, nodes):
-            if isinstance(value, TensorBox):
+        for k, (value, node) in enumerate(zip(results, nodes)):
+            seen = self.user_visible is None or k in self.user_visible
+            if isinstance(value, TensorBox) and self.layout_opt and not seen:
+                self.graph_outputs.append(value.realize(self))  # saved: as we chose
+            elif isinstance(value, TensorBox):
                 self.graph_outputs.append(self._as_eager(value, node))
             elif value is None or isinstance(value, sympy.Expr):
                 self.graph_outputs.append(value)
@@ -811,6 +835,9 @@ class GraphLowering(torch.fx.Interpreter):
     def realize_intermediate(self, box: TensorBox) -> Buffer:
         """Store a value that a lowering goes on to read (a graph=True lowering)."""
         self._add_origin(box)
+        if isinstance(box.data, Reduction):
+            for rewrite in reduction_passes:  # as run_node does for a node's result
+                rewrite(self, box)
         return box.realize(self)
 
     def _check_against_meta(self, n: torch.fx.Node, box: TensorBox, meta) -> None:

@@ -24,11 +24,12 @@ from minductor.lowering import (
     reduction_passes,
     register_lowering,
 )
-from minductor.ops import ops
+from minductor.ops import NullHandler, ops, set_handler
 from minductor.sizevars import (
     ModularIndexing,
     contiguous_strides,
     flat_index,
+    index_vars,
     product,
 )
 
@@ -156,6 +157,27 @@ register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
 SPLITTABLE = ("sum", "prod", "max", "min")
 
 
+class _Loads(NullHandler):
+    def __init__(self):
+        self.indices: list[sympy.Expr] = []
+
+    def load(self, name, index):
+        self.indices.append(index)
+
+
+def walks_rows(reduction: Reduction) -> bool:
+    """Does the body read memory contiguously along its innermost reduced dimension?"""
+    loads = _Loads()
+    index = index_vars(len(reduction.ranges))
+    rindex = index_vars(len(reduction.reduction_ranges), "r")
+    with set_handler(loads):
+        reduction.inner_fn(index, rindex)
+    last = rindex[-1] if rindex else None
+    return all(
+        sympy.diff(i, last) in (0, 1) for i in loads.indices if last is not None
+    )
+
+
 def split_count(reduction: Reduction) -> int:
     """Into how many pieces to cut each reduced row (1: reduce in one stage)."""
     numel, rnumel = product(reduction.ranges), product(reduction.reduction_ranges)
@@ -165,7 +187,7 @@ def split_count(reduction: Reduction) -> int:
     numel, rnumel = int(numel), int(rnumel)
     if numel * rnumel < 2**18:
         return 1
-    outer = reduction.reduction_hint == "outer"
+    outer = reduction.reduction_hint == "outer" or not walks_rows(reduction)
     programs = max(1, numel // 16) if outer else numel
     splits = 1
     while programs * splits < 1024 and rnumel % (2 * splits) == 0:
@@ -251,6 +273,9 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]
     acc = _accumulator(x.get_dtype())
     size = x.get_size()
     count = product([size[d] for d in _reduced_dims(len(size), dims)])
+    total = make_reduction(x, dims, True, "sum", acc, acc)
+    if split_count(total.data) > 1:  # few long rows: two passes, each split
+        return _two_passes(graph, x, dims, keepdim, total, count)
     # the mean is stored in x's dtype; m2 stays in the accumulator's for the variance
     mean, m2 = (
         make_reduction(x, dims, keepdim, "welford_reduce", out, acc, output_index=k)
@@ -259,6 +284,37 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]
     for box in (mean, m2):
         graph.realize_intermediate(box)
     return mean, m2, count
+
+
+def _two_passes(graph, x, dims, keepdim, total, count):
+    graph.realize_intermediate(total)  # kept dims of size 1: it broadcasts against x
+    acc, size = total.get_dtype(), x.get_size()
+    mean = pointwise(lambda t: ops.truediv(t, _scalar(count, acc)), [total])
+    graph.realize_intermediate(mean)
+    load_x, load_mean = x.make_loader(), mean.make_loader()
+    reduced = _reduced_dims(len(size), dims)
+
+    def squared_deviation(index):
+        at_mean = [sympy.Integer(0) if d in reduced else i for d, i in enumerate(index)]
+        d = ops.sub(ops.to_dtype(load_x(index), acc), load_mean(at_mean))
+        return ops.mul(d, d)
+
+    deviations = TensorBox(Pointwise(x.get_device(), acc, squared_deviation, size))
+    m2 = make_reduction(deviations, dims, keepdim, "sum", acc, acc)
+    graph.realize_intermediate(m2)
+    kept = [d for d in range(len(size)) if d not in reduced]
+
+    def mean_out(index):  # the mean in x's dtype, without the reduced dims unless kept
+        full = list(index) if keepdim else [sympy.Integer(0)] * len(size)
+        if not keepdim:
+            for d, i in zip(kept, index):
+                full[d] = i
+        return ops.to_dtype(load_mean(full), x.get_dtype())
+
+    ranges = m2.get_size()
+    out = TensorBox(Pointwise(x.get_device(), x.get_dtype(), mean_out, ranges))
+    graph.realize_intermediate(out)
+    return out, m2, count
 
 
 def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:

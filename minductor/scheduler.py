@@ -26,6 +26,7 @@ from minductor.sizevars import (
     SimplifiedLoop,
     SizeVarAllocator,
     index_vars,
+    loop_order,
     product,
     simplify_loops,
 )
@@ -131,7 +132,11 @@ class SchedulerNode(BaseSchedulerNode):
             _run_body(node, variables, rvariables)
         ranges = tuple(zip(variables + rvariables, tuple(xsizes) + tuple(rsizes)))
         indices = [simplify_index(i, ranges) for _, i in recorder.loads + recorder.stores]
-        loop = simplify_loops(xsizes, variables, indices)
+        stores = [simplify_index(i, ranges) for _, i in recorder.stores]
+        order = None  # walk the dims as the one store lays them out (chapter 4)
+        if cut is None and len(stores) == 1:
+            order = loop_order(stores[0], variables)
+        loop = simplify_loops(xsizes, variables, indices, order=order)
         rloop = simplify_loops(rsizes, rvariables, indices, prefix="r")
         bare = SchedulerNode(
             node, variables, rvariables, loop, rloop, frozenset(), frozenset()

@@ -528,11 +528,12 @@ def simplify_loops(
     indices: Sequence[sympy.Expr],
     prefix: str = "x",
     sizevars: SizeVarAllocator | None = None,
+    order: Sequence[int] | None = None,  # the dims, outermost first (default: as given)
 ) -> SimplifiedLoop:
     sizevars = sizevars or SizeVarAllocator()
     affine = [affine_coefficients(e, variables) for e in indices]
     groups: list[list[int]] = []
-    for dim in reversed(range(len(sizes))):
+    for dim in reversed(order if order is not None else range(len(sizes))):
         if sizevars.statically_known_equals(sizes[dim], 1):
             continue
         if groups and _can_merge(dim, groups[0][0], sizes, affine, sizevars):
@@ -560,6 +561,19 @@ def _can_merge(outer: int, inner: int, sizes, affine, sizevars) -> bool:
         ):
             return False
     return True
+
+
+def loop_order(index: sympy.Expr, variables: Sequence[sympy.Symbol]) -> list[int]:
+    """The dims ordered as `index` lays them out in memory, the largest stride first.
+
+    Identity unless index is affine with integer coefficients; ties keep their order.
+    """
+    affine = affine_coefficients(index, variables)
+    dims = list(range(len(variables)))
+    if affine is None or not all(c.is_Integer for c in affine[1]):
+        return dims
+    coeffs = affine[1]
+    return sorted(dims, key=lambda d: -abs(int(coeffs[d])))
 
 
 class ExprPrinter(StrPrinter):

@@ -81,14 +81,27 @@ def test_broadcast_node_keeps_two_variables():
 
 
 def test_transposed_input_is_read_through_its_strides():
+    # eager gives x + y the transposed x's strides (1, 65), and the loops walk the
+    # store's memory order: x is read contiguously, y with a stride
     x, y = torch.randn(33, 65).t(), torch.randn(65, 33)
     s = schedule(lambda x, y: (x + y,), x, y)
     (node,) = s.nodes
-    assert node.loop.sizes == (65, 33)
+    assert node.loop.sizes == (33, 65)
+    assert node.writes == {MemoryDep("buf0", x0 + 65 * x1)}
     assert node.reads == {
-        MemoryDep("x_1", x1 + 65 * x0),
-        MemoryDep("y_1", 33 * x1 + x0),
+        MemoryDep("x_1", x0 + 65 * x1),
+        MemoryDep("y_1", 33 * x0 + x1),
     }
+
+
+def test_loops_follow_a_channels_last_store():
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    scale = torch.randn(3, 1, 1)
+    s = schedule(lambda x, scale: (x * scale + 1,), x, scale)
+    (node,) = s.nodes
+    assert node.writes == {MemoryDep("buf0", x0 + 3 * x1)}  # (n, h, w) then c
+    assert node.loop.sizes == (40, 3)
+    assert node.reads == {MemoryDep("x_1", x0 + 3 * x1), MemoryDep("scale_1", x0)}
 
 
 def test_fallback_depends_on_whole_buffers():

@@ -290,9 +290,11 @@ def test_transposed_input_kernel_reads_through_strides():
     x, y = torch.randn(7, 5).t(), torch.randn(5, 7)
     _, (kernel,) = kernels_for(lambda x, y: (x * y,), x, y)
     lines = body_lines(kernel)
-    assert "tmp0 = tl.load(in_ptr0 + (5*x0 + x1), xmask)" in lines
-    # the output takes eager's strides, x's transposed ones: stored along x's rows
-    assert "tl.store(out_ptr0 + (5*x0 + x1), tmp2, xmask)" in lines
+    # the output takes eager's strides, x's transposed ones, and the loops walk the
+    # store's memory order: x is read and the output written contiguously, y strided
+    assert "tmp0 = tl.load(in_ptr0 + (x0 + 5*x1), xmask)" in lines
+    assert "tmp1 = tl.load(in_ptr1 + (7*x0 + x1), xmask)" in lines
+    assert "tl.store(out_ptr0 + (x0 + 5*x1), tmp2, xmask)" in lines
     out = torch.empty_strided((5, 7), (1, 5))
     run_kernel(kernel, {"x_1": x, "y_1": y, "buf0": out})
     torch.testing.assert_close(out, x * y)

@@ -1,0 +1,213 @@
+"""Chapter 12's layout decision: which graphs run their convolutions channels-last, and
+the convolutional blocks of ResNet, MobileNetV3 and ConvNeXt trained and evaluated with
+it, NCHW and channels-last, against eager (outputs, every gradient, running statistics),
+with the structure pinned: no conversion between two convolutions."""
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICES
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor.capture import record_compiled
+from minductor.config import config
+from minductor.convnets import layout_decision
+from minductor.lowering import GraphLowering
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    """cuDNN computes float32 convolutions in TF32 by default, with a different
+    algorithm per layout: compare true float32 with true float32."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
+def _decide(fn, *inputs):
+    gm = make_fx(fn)(*inputs)
+    return layout_decision(GraphLowering(gm, inputs))
+
+
+def _conv(cout, cin, k, groups=1):
+    return torch.randn(cout, cin // groups, k, k)
+
+
+@pytest.mark.parametrize(
+    "case, weight, groups, chosen, why",
+    [
+        ("wide", _conv(96, 16, 3), 1, True, "1 convolution(s)"),
+        ("depthwise", _conv(96, 96, 3, 96), 96, True, "1 convolution(s)"),
+        ("grouped", _conv(96, 96, 3, 4), 4, False, "grouped convolution"),
+        ("narrow", _conv(32, 16, 3), 1, False, "every convolution is narrow"),
+        ("shrinking", _conv(40, 96, 3), 1, False, "shrinks its channels"),
+    ],
+)
+def test_layout_decision(case, weight, groups, chosen, why):
+    x = torch.randn(2, weight.shape[1] * groups, 6, 6)
+    decided, reason = _decide(lambda x, w: F.conv2d(x, w, groups=groups), x, weight)
+    assert decided is chosen and why in reason
+
+
+def test_layout_decision_needs_a_2d_convolution_and_the_option():
+    assert _decide(lambda x: x.sin(), torch.randn(2, 3)) == (False, "no 2-d convolution")
+    x, w = torch.randn(2, 16, 6, 6), _conv(96, 16, 3)
+    with config.patch({"layout_optimization": False}):
+        decided, why = _decide(lambda x, w: F.conv2d(x, w), x, w)
+    assert not decided and "off" in why
+
+
+class Basic(torch.nn.Module):  # ResNet-18's block, widening and striding
+    def __init__(self, cin=16, cout=72):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, 2, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.down = torch.nn.Sequential(
+            torch.nn.Conv2d(cin, cout, 1, 2, bias=False), torch.nn.BatchNorm2d(cout)
+        )
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+
+class Bottleneck(torch.nn.Module):  # ResNet-50's, with its identity shortcut
+    def __init__(self, c=72, mid=24):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(c, mid, 1, bias=False), torch.nn.BatchNorm2d(mid),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(mid, mid, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(mid),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(mid, c, 1, bias=False), torch.nn.BatchNorm2d(c),
+        )
+
+    def forward(self, x):
+        return F.relu(self.body(x) + x)
+
+
+class InvertedResidual(torch.nn.Module):  # MobileNetV3's, with squeeze-excite
+    def __init__(self, c=24, wide=96):
+        super().__init__()
+        self.expand = torch.nn.Sequential(
+            torch.nn.Conv2d(c, wide, 1, bias=False), torch.nn.BatchNorm2d(wide),
+            torch.nn.Hardswish(),
+        )
+        self.depthwise = torch.nn.Sequential(
+            torch.nn.Conv2d(wide, wide, 3, 1, 1, groups=wide, bias=False),
+            torch.nn.BatchNorm2d(wide), torch.nn.Hardswish(),
+        )
+        self.squeeze = torch.nn.Conv2d(wide, c, 1)
+        self.excite = torch.nn.Conv2d(c, wide, 1)
+        self.project = torch.nn.Sequential(
+            torch.nn.Conv2d(wide, c, 1, bias=False), torch.nn.BatchNorm2d(c)
+        )
+
+    def forward(self, x):
+        y = self.depthwise(self.expand(x))
+        s = F.adaptive_avg_pool2d(y, 1)
+        s = F.hardsigmoid(self.excite(F.relu(self.squeeze(s))))
+        return self.project(y * s) + x
+
+
+class ConvNeXtBlock(torch.nn.Module):  # depthwise 7x7, LayerNorm over channels
+    def __init__(self, c=72):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c, eps=1e-6)
+        self.up = torch.nn.Linear(c, 4 * c)
+        self.down = torch.nn.Linear(4 * c, c)
+        self.gamma = torch.nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)  # (N, H, W, C)
+        y = self.down(F.gelu(self.up(self.norm(y))))
+        return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+
+BLOCKS = {
+    "resnet-basic": (Basic, (2, 16, 7, 6)),
+    "resnet-bottleneck": (Bottleneck, (2, 72, 5, 6)),
+    "mobilenet-inverted-residual": (InvertedResidual, (2, 24, 5, 6)),
+    "convnext": (ConvNeXtBlock, (2, 72, 6, 5)),
+}
+
+
+def _steps(model, x, compile_it, steps=2):
+    fn = torch.compile(model, backend="minductor") if compile_it else model
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        for _ in range(steps):
+            for p in model.parameters():
+                p.grad = None
+            xs = x.detach().requires_grad_()
+            out = fn(xs)
+            weights = torch.linspace(-1, 2, out.numel(), device=x.device)
+            (out * weights.view(out.shape)).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
+    return out, grads, dict(model.named_buffers()), graphs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_blocks_run_channels_last_like_eager(block, mode, layout, device, caplog):
+    make, shape = BLOCKS[block]
+    torch.manual_seed(0)
+    model = make().to(device).train(mode == "train")
+    for m in model.modules():  # statistics and affine parameters of their own
+        if isinstance(m, torch.nn.BatchNorm2d):
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-1, 1)
+                m.running_mean.uniform_(-0.5, 0.5), m.running_var.uniform_(0.5, 2)
+    x = torch.randn(shape, device=device)
+    if layout == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        out, grads, buffers, graphs = _steps(ours, x, True)
+    assert "layout: channels-last" in caplog.text
+    out_e, grads_e, buffers_e, _ = _steps(model, x, False)
+    assert out.stride() == out_e.stride()  # the caller sees eager's layout
+    torch.testing.assert_close(out, out_e, atol=1e-4, rtol=1e-4)
+    for name, g in grads_e.items():
+        torch.testing.assert_close(grads[name], g, atol=1e-3, rtol=1e-4, msg=name)
+    for name, b in buffers_e.items():
+        torch.testing.assert_close(buffers[name], b, atol=1e-4, rtol=1e-4, msg=name)
+    assert [f for g in graphs for f in g.fallbacks] == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nothing_is_converted_between_two_convolutions(device):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 72, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(72),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(72, 72, 3, padding=1),
+    ).to(device).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 16, 5, 6, device=device).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(net, backend="minductor")(x)
+        expected = net(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert out.stride() == expected.stride()
+    (graph,) = graphs
+    # batch norm and ReLU are the one kernel; input, weights and output need no copy
+    assert len(graph.kernel_names) == 1
+    call = graph.source[graph.source.index("def call"):]
+    assert call.count("empty_strided") == 1  # batch norm's output, channels-last:
+    assert "empty_strided_cpu((2, 72, 5, 6), (2160, 1, 432, 72)" in call.replace(
+        "cuda", "cpu"
+    )
