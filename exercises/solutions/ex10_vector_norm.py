@@ -31,8 +31,9 @@
 # everything built on it: `F.normalize`, `F.cosine_similarity`, gradient clipping.
 # The cell below compiles a cosine similarity: two ATen calls for the two norms, each
 # reading its input from memory a second time and writing its result for the kernel
-# that divides. Lowered, each norm is a reduction the scheduler can fuse with what
-# reads the same rows.
+# that divides. Lowered, each norm is a reduction over the same rows as the dot
+# product, and the scheduler fuses all three and the division into one kernel that
+# reads `a` and `b` once.
 
 # %% [markdown]
 # ## Setup
@@ -231,7 +232,8 @@ def test_float16_float64_and_dtype():
 def test_cosine_similarity_and_normalize():
     a, b = torch.randn(6, 33), torch.randn(6, 33)
     graph = check(cosine, a, b)
-    assert not any("vector_norm" in f for f in graph.fallbacks)
+    assert len(graph.kernel_names) == 1, graph.kernel_names  # norms, dot, division
+    assert "linalg_vector_norm" in graph.kernel_names[0], graph.kernel_names
     x = torch.randn(11, 7)
     check(lambda x: F.normalize(x, dim=0), x)
 
