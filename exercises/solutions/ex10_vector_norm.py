@@ -95,16 +95,17 @@ print(graph.kernel_names)
 # ## The lowering
 #
 # `linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)`. With
-# `|x|` the magnitude of each element, over the reduced dimensions (`dim=None`: all):
+# `a = abs(x)` the magnitude of each element, over the reduced dimensions
+# (`dim=None`: all):
 #
 # | `ord` | value |
 # |---|---|
-# | `inf` | `max |x|` |
-# | `-inf` | `min |x|` |
+# | `inf` | `max(a)` |
+# | `-inf` | `min(a)` |
 # | `0` | the number of non-zero elements (as a float) |
-# | `1` | `sum |x|` |
-# | `2` | `sqrt(sum |x|²)` |
-# | any other `p` | `(sum |x|^p)^(1/p)` |
+# | `1` | `sum(a)` |
+# | `2` | `sqrt(sum(a * a))` |
+# | any other `p` | `sum(a ** p) ** (1 / p)` |
 #
 # `ord` may arrive as an `int` or a `float`. If `dtype` is given, eager converts `x`
 # to it first and returns that dtype (chapter 7's `_convert(x, dtype)`); otherwise
@@ -261,8 +262,8 @@ test_gradient_clipping_norm()
 # %% [markdown]
 # ## What to try next
 #
-# 1. `sum |x|²` overflows in float32 once an element passes about `1.8e19`, where the
-#    norm itself is representable. Scale by `max |x|` first (a second reduction),
+# 1. `sum(a * a)` overflows in float32 once an element passes about `1.8e19`, where
+#    the norm itself is representable. Scale by `max(a)` first (a second reduction),
 #    as LAPACK's `nrm2` does; what does it cost in kernels and bytes?
 # 2. Train through your lowering: the gradient of `vector_norm` is `x / norm` times
 #    the incoming gradient (for `ord=2`). Does it fall back, and which ops does it
