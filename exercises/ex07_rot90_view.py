@@ -103,7 +103,8 @@ print(torch.rot90(x, 1, [0, 1]))
 #   (a list of sympy expressions) to the input's index. Work out the three turns on
 #   the example above: with `H, W` the input's sizes in `dims`, element `(i, j)` of
 #   `rot90(x, 1)` is `x[j, W - 1 - i]`; for `k = 2` and `k = 3` find it yourself.
-#   Every other dimension is read where it is.
+#   Every other dimension is read where it is. Construct the node with
+#   `cls(box, size, reindex, k, dims)`: `GenericView`'s three fields, then yours.
 # * `__repr__`, one line:
 #   `Rot90View(k=1, dims=[0, 1], size=[4, 3], reads [i1, 3 - i0] of <the box>)`,
 #   where `reads` is `reindex` applied to the index variables (`index_vars`), as in

@@ -98,8 +98,9 @@ print(texpr(index))
 #
 # Write `digit_of_digit(e)` for `e = ModularIndexing(y, d2, m2)` where
 # `y = ModularIndexing(x, d1, m1)`. Return an expression equal to `e` for every
-# non-negative integer `x`, or `None` when you cannot prove one. Work it out on
-# paper first; `y` is the number `x // d1` cut to its `m1` lowest values:
+# non-negative integer `x`, or `None` when you cannot prove one (`e.args` is
+# `(y, d2, m2)`, and `y.args` is `(x, d1, m1)`). Work it out on paper first; `y` is
+# the number `x // d1` cut to its `m1` lowest values:
 #
 # 1. If `m1` is a multiple of `d2`, say `m1 = d2 * q`, then `y // d2` is
 #    `(x // (d1*d2)) % q`: cutting and then dividing is dividing and then cutting.
