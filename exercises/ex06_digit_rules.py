@@ -1,0 +1,236 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# generated from exercises/solutions/ex06_digit_rules.py by tools/make_stubs.py;
+# replace each NotImplementedError with your code.
+
+# %% [markdown]
+# # Exercise 6: a digit of a digit
+#
+# **Difficulty:** medium.
+#
+# **You will:** write a simplification rule for indices in which one
+# `ModularIndexing` is taken of another, `((x // d1) % m1 // d2) % m2`, prove when it
+# is one digit of `x`, and check with hypothesis that the rewrite never changes a
+# value. Then you will apply it to the index a real kernel loads from.
+#
+# **It builds on** chapter 4 (*Sizes, strides and indices as symbols*):
+# `FloorDiv`, `ModularIndexing`, the rewrites their `eval` applies for every value of
+# the variables, `simplify_with_ranges`, `texpr`; and chapter 8, whose `repeat` and
+# `roll` read their input through `ModularIndexing`.
+#
+# **Why it matters.** A view of a view composes the two re-indexings, and when both
+# wrap around, the kernel computes a remainder of a remainder. `x.repeat(4).repeat(3)`
+# over a tensor of 5 elements loads `x` at `(x0 % 20) % 5` (printed below), which is
+# `x0 % 5`. Chapter 4's rules leave it alone: `eval` knows `(x // a) // b` and
+# `(x % m) // d`, not `(x % m1) % m2`. Every `%` is an integer division, which
+# NVIDIA GPUs have no instruction for: it becomes a sequence of multiplications and
+# corrections, per element, in every kernel that reads the view.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import torch
+
+import minductor  # noqa: F401  (before Triton is imported)
+
+# these import Triton: after minductor, which has chosen the interpreter on a CPU
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor.lowering import GraphLowering
+from minductor.ops import NullHandler, set_handler
+from minductor.sizevars import (
+    ModularIndexing,
+    SizeVarAllocator,
+    _is_multiple,
+    index_vars,
+    texpr,
+)
+
+i, j = index_vars(2)
+sv = SizeVarAllocator()
+
+
+class RecordLoads(NullHandler):
+    """Runs a body and keeps the index of every load."""
+
+    def __init__(self):
+        self.loads = []
+
+    def load(self, name, index):
+        self.loads.append(index)
+
+
+def load_indices(fn, *args):
+    """Lower fn; return the indices its (one) buffer loads at, and its ranges."""
+    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+    (buf,) = graph.buffers
+    body = buf.data
+    variables = index_vars(len(body.ranges))
+    handler = RecordLoads()
+    with set_handler(handler):
+        body.inner_fn(variables)
+    return handler.loads, dict(zip(variables, body.ranges))
+
+
+# %% [markdown]
+# The index `x.repeat(4).repeat(3) + 1` loads at, and what chapter 4's
+# simplification makes of it:
+
+# %%
+x = torch.randn(5)
+(index,), ranges = load_indices(lambda x: x.repeat(4).repeat(3) + 1, x)
+print(index, "->", sv.simplify_with_ranges(index, ranges))
+print(texpr(index))
+
+# %% [markdown]
+# ## Part 1: the rule
+#
+# Write `digit_of_digit(e)` for `e = ModularIndexing(y, d2, m2)` where
+# `y = ModularIndexing(x, d1, m1)`. Return an expression equal to `e` for every
+# non-negative integer `x`, or `None` when you cannot prove one (`e.args` is
+# `(y, d2, m2)`, and `y.args` is `(x, d1, m1)`). Work it out on paper first; `y` is
+# the number `x // d1` cut to its `m1` lowest values:
+#
+# 1. If `m1` is a multiple of `d2`, say `m1 = d2 * q`, then `y // d2` is
+#    `(x // (d1*d2)) % q`: cutting and then dividing is dividing and then cutting.
+#    Then:
+#    * if `q` is a multiple of `m2`, the `% m2` keeps fewer values than `% q`:
+#      the result is `(x // (d1*d2)) % m2`;
+#    * if `q <= m2`, the value is already below `m2`, so the `% m2` does
+#      nothing: the result is `(x // (d1*d2)) % q`.
+# 2. If `d2 >= m1`, then `y < d2` and the quotient is 0.
+#
+# The sizes may be symbols (a dynamic size `s0`). Use chapter 4's `_is_multiple(a, b)`,
+# which is `True` only when `a` is provably an integer multiple of `b`, and
+# `sympy`'s `(a - b).is_nonnegative`, which is `True` only when provable. Build the
+# result with `ModularIndexing(x, divisor, modulus)` (its `eval` may simplify it
+# further, which is fine).
+
+
+# %%
+def digit_of_digit(e):
+    raise NotImplementedError("your code here")
+
+
+# %% [markdown]
+# The rule applied everywhere in an expression, innermost first (sympy's `replace`
+# works bottom-up), so that three nested remainders collapse too:
+
+
+# %%
+def simplify_digits(expr):
+    def nested(e):
+        return isinstance(e, ModularIndexing) and isinstance(e.args[0], ModularIndexing)
+
+    return expr.replace(nested, lambda e: digit_of_digit(e) or e)
+
+
+# %% [markdown]
+# ## Checks
+#
+# First the cases of the rule, with numbers and with a symbolic size `s0`; then the
+# property: for random digits and random `x`, the simplified expression has the same
+# value as the arithmetic done in Python.
+
+
+# %%
+def test_the_cases():
+    M = ModularIndexing
+    assert digit_of_digit(M(M(i, 1, 12), 1, 4)) == M(i, 1, 4)
+    assert digit_of_digit(M(M(i, 2, 12), 3, 2)) == M(i, 6, 2)
+    assert digit_of_digit(M(M(i, 1, 12), 4, 5)) == M(i, 4, 3)  # % 5 does nothing
+    assert digit_of_digit(M(M(i, 1, 12), 12, 7)) == 0
+    assert digit_of_digit(M(M(i, 3, 5), 7, 2)) == 0
+    assert digit_of_digit(M(M(i, 1, 12), 1, 5)) is None  # (i % 12) % 5: two cuts
+    assert digit_of_digit(M(M(i, 1, 12), 5, 2)) is None  # 12 // 5: not a digit
+
+
+def test_symbolic_sizes():
+    M = ModularIndexing
+    s0 = sv.create_symbol(hint=3)
+    assert digit_of_digit(M(M(i, 1, 4 * s0), 1, s0)) == M(i, 1, s0)
+    assert digit_of_digit(M(M(i, s0, 6), 2, 3)) == M(i, 2 * s0, 3)
+    assert digit_of_digit(M(M(i, 1, 2 * s0), s0, 2)) == M(i, s0, 2)
+    assert digit_of_digit(M(M(i, 1, 3 * s0), s0, 5)) == M(i, s0, 3)
+    assert digit_of_digit(M(M(i, 1, s0), 1, 4)) is None  # s0 may be 3
+
+
+def test_in_a_larger_expression():
+    M = ModularIndexing
+    expr = 3 * M(M(M(i, 1, 24), 1, 12), 1, 4) + 5 * M(M(j + 7, 1, 16), 2, 8) + j
+    assert simplify_digits(expr) == 3 * M(i, 1, 4) + 5 * M(j + 7, 2, 8) + j
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 10**6),
+    st.integers(1, 8),
+    st.integers(1, 48),
+    st.integers(1, 60),
+    st.integers(1, 48),
+)
+def test_values_are_preserved(value, d1, m1, d2, m2):
+    e = ModularIndexing(ModularIndexing(i, d1, m1), d2, m2)
+    simplified = simplify_digits(e)
+    assert simplified.subs(i, value) == (value // d1 % m1) // d2 % m2, (e, simplified)
+
+
+def nested_digits(expr):
+    return [e for e in expr.atoms(ModularIndexing) if e.args[0].atoms(ModularIndexing)]
+
+
+def test_the_kernels_index():
+    (index,), ranges = load_indices(lambda x: x.repeat(4).repeat(3) + 1, torch.randn(5))
+    simplified = sv.simplify_with_ranges(simplify_digits(index), ranges)
+    assert simplified == ModularIndexing(i, 1, 5), simplified
+    assert texpr(simplified) == "(i0 % 5)", texpr(simplified)
+
+    def rolled(x):  # a roll of a reshaped slice: a remainder of a remainder
+        return x.view(6, 10)[:, :8].reshape(3, 16).roll(1, 1) + 1
+
+    (index,), ranges = load_indices(rolled, torch.randn(60))
+    assert nested_digits(sv.simplify_with_ranges(index, ranges)), index
+    simplified = sv.simplify_with_ranges(simplify_digits(index), ranges)
+    assert nested_digits(simplified) == [], simplified
+    assert texpr(simplified).count("%") == texpr(index).count("%") - 1
+    (v0, n0), (v1, n1) = ranges.items()  # and the same positions, in the whole loop
+    for a in range(int(n0)):
+        for b in range(int(n1)):
+            point = {v0: a, v1: b}
+            assert index.subs(point) == simplified.subs(point), point
+
+
+# %% [markdown]
+# ## Run the checks
+
+# %% tags=["raises-exception"]
+test_the_cases()
+test_symbolic_sizes()
+test_in_a_larger_expression()
+test_values_are_preserved()
+test_the_kernels_index()
+
+# %% [markdown]
+# ## What to try next
+#
+# 1. `(x % 12) % 5` is not one digit, but with `x` known to be below 12 it is `x % 5`.
+#    Where in `simplify_with_ranges` would a ranged version of your rule go, and which
+#    of its helpers would it use?
+# 2. Teach the rule `((x + c) % m1) % m2` with `m2` dividing `m1`: the offset `c` can
+#    be reduced modulo `m2` first. Which view produces such indices?
+# 3. Count the `%` and `//` in every kernel of a small model before and after your
+#    rule (chapter 14 prints the kernels). Is a remainder of a remainder common?
