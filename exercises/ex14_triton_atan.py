@@ -45,7 +45,7 @@
 # which must be on when `@triton.jit` decorates the helper you will write.
 
 # %%
-import contextlib
+import contextlib  # noqa: I001  (triton only after minductor)
 import math
 
 import torch

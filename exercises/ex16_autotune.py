@@ -73,7 +73,8 @@ def measure_ms(run, blocks):
 x = torch.randn(37, 29)
 _, graph = compile_once(lambda x: (x.sin() + 1, x.sum(1)), x)
 module = load_module(graph.source)
-print("\n".join(line.strip() for line in graph.source.splitlines() if "launch(" in line))
+launches = [line.strip() for line in graph.source.splitlines() if "launch(" in line]
+print("\n".join(launches))
 print("module.call is graph.call:", module.call is graph.call)
 
 # %% [markdown]

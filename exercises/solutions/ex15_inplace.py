@@ -88,6 +88,7 @@ def peak_bytes(lines):
 # matmul is an extern kernel), a second matmul and a second epilogue. Each epilogue
 # reads a buffer that dies right after it (`del buf0`), of the size it writes:
 
+
 # %%
 def mm_chain(x, w, w2):
     return (torch.relu(x @ w) * 2) @ w2 + 1
@@ -188,10 +189,14 @@ def plan_inplace(lines, nodes):
 class InPlaceWrapper(WrapperCodeGen):
     def plan(self):
         super().plan()
-        kernels = [n for n in self.scheduler.nodes
-                   if not isinstance(n, ExternKernelSchedulerNode)]
-        calls = [k for k, line in enumerate(self.lines)
-                 if isinstance(line, KernelCallLine)]
+        kernels = [
+            n
+            for n in self.scheduler.nodes
+            if not isinstance(n, ExternKernelSchedulerNode)
+        ]
+        calls = [
+            k for k, line in enumerate(self.lines) if isinstance(line, KernelCallLine)
+        ]
         assert len(calls) == len(kernels), (calls, kernels)
         self.lines = plan_inplace(self.lines, dict(zip(calls, kernels)))
 

@@ -70,7 +70,8 @@ def measure_ms(run, blocks):
 x = torch.randn(37, 29)
 _, graph = compile_once(lambda x: (x.sin() + 1, x.sum(1)), x)
 module = load_module(graph.source)
-print("\n".join(line.strip() for line in graph.source.splitlines() if "launch(" in line))
+launches = [line.strip() for line in graph.source.splitlines() if "launch(" in line]
+print("\n".join(launches))
 print("module.call is graph.call:", module.call is graph.call)
 
 # %% [markdown]
@@ -111,6 +112,7 @@ class Autotuner:
     ):
         key = self.key(kernel, numel, rnumel)
         # BEGIN SOLUTION
+        options = {"num_warps": num_warps, "rnumel": rnumel, "RBLOCK": RBLOCK}
         if key in self.best:
             self.hits += 1
         else:
@@ -118,24 +120,17 @@ class Autotuner:
             saved = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
             times = {}
             for block in self.candidates:
-                blocks = {"XBLOCK": block, "RBLOCK": RBLOCK}
 
                 def run(block=block):
-                    launch(
-                        kernel, numel, *args, XBLOCK=block, num_warps=num_warps,
-                        rnumel=rnumel, RBLOCK=RBLOCK,
-                    )
+                    launch(kernel, numel, *args, XBLOCK=block, **options)
 
-                times[block] = self.measure(run, blocks)
+                times[block] = self.measure(run, {"XBLOCK": block, "RBLOCK": RBLOCK})
                 for arg, copy in zip(args, saved):
                     if copy is not None:
-                        arg.copy_(copy)
+                        arg.copy_(copy)  # undo what the trial wrote
             self.timings[key] = times
             self.best[key] = min(times, key=times.get)
-        launch(
-            kernel, numel, *args, XBLOCK=self.best[key], num_warps=num_warps,
-            rnumel=rnumel, RBLOCK=RBLOCK,
-        )
+        launch(kernel, numel, *args, XBLOCK=self.best[key], **options)
         # END SOLUTION
 
 
