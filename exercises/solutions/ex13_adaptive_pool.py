@@ -28,9 +28,9 @@
 # chapter 6 for `register_lowering`.
 #
 # **Why it matters.** `AdaptiveAvgPool2d((7, 7))` sits between the convolutions and
-# the classifier of VGG and AlexNet. At 224×224 the feature map is 7×7 and the pool
-# is the identity; at 200×200 it is 6×6, and every output window overlaps its
-# neighbour. That case falls back today, so the ReLU before the pool is written to
+# the classifier of torchvision's VGG. At 224×224 the feature map is 7×7 and the pool
+# is the identity; at 200×200 it is 6×6 (five halvings: 100, 50, 25, 12, 6), and
+# output windows overlap their neighbours. That case falls back today, so the ReLU before the pool is written to
 # memory for ATen to read. The cell below counts what that costs at batch 64: bytes
 # that a fused kernel never moves.
 
