@@ -311,6 +311,8 @@ class WrapperCodeGen:
         for name, value in self.graph.graph_inputs.items():
             if isinstance(value, TensorBox):
                 layouts[name] = value.data.layout
+        if any(name not in layouts for name in kernel.call_args):
+            return kernel, ""  # a buffer with no layout of its own: keep the rule's
         hint = self.graph.sizevars.size_hints
         examples = [
             (hint(lay.size), hint(lay.stride), lay.dtype, lay.device)

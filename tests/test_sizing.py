@@ -251,3 +251,47 @@ def test_small_pointwise_kernels_fill_the_gpu_on_cuda():
         out = torch.compile(lambda x: x.sin().cos(), backend="minductor")(x)
     torch.testing.assert_close(out, x.sin().cos())
     assert "XBLOCK=128, num_warps=4" in graphs[0].source
+
+
+def test_autotune_kernel_times_each_candidate_through_launch(monkeypatch, tmp_path):
+    # the GPU path, run in the interpreter: pretend the tensors are on a GPU, and
+    # time each candidate with a fake timer that runs it once and checks its result
+    x = torch.randn(33, 65)
+    (kernel,) = _kernels(lambda x: (x.sin(),), x, interpret=True)
+    monkeypatch.setattr(runtime, "interpret_mode", lambda: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "fake GPU")
+    made = []
+
+    def example(size, stride, dtype, device):
+        made.append(torch.randn(size))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "_example", example)
+    timed = []
+
+    def timer(run):
+        made[1].zero_()
+        run()
+        torch.testing.assert_close(made[1], made[0].sin())  # every candidate is right
+        timed.append(1)
+        return 1.0 / (len(timed) + 1)  # the later, the faster: the last one wins
+
+    monkeypatch.setattr(runtime.Launcher, "__init__", _interpreting(runtime.Launcher))
+    cuda = torch.device("cuda")
+    layouts = [((33, 65), (65, 1), torch.float32, cuda)] * 2
+    with config.patch({"cache_dir": str(tmp_path)}):
+        meta, comment = runtime.autotune_kernel(kernel, layouts, [], (2145, 1), timer)
+    candidates = candidate_configs("poi", 2145, 1, dict(kernel.meta))
+    assert len(timed) == len(candidates) and meta == candidates[-1]
+    assert comment.startswith("# autotuned: XBLOCK=") and comment.endswith("tried)")
+
+
+def _interpreting(cls):
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.interpret = True  # the kernel was decorated for the interpreter
+
+    return __init__
