@@ -170,7 +170,7 @@ def launch(
     symbols = ()
     if args and not isinstance(args[-1], torch.Tensor):
         symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
-    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK)
+    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK, num_warps)
     launcher = _launchers.get(key)
     if launcher is None:
         grid = ((numel + XBLOCK - 1) // XBLOCK,)

@@ -295,3 +295,23 @@ def _interpreting(cls):
         self.interpret = True  # the kernel was decorated for the interpreter
 
     return __init__
+
+
+def test_launch_keeps_a_launcher_per_number_of_warps():
+    # autotuning launches one kernel with the same blocks and other warps: each must
+    # get its own launcher (and binary), not the first one's
+    x = torch.randn(64, 64)
+    (kernel,) = _kernels(lambda x: (x.sin(),), x, interpret=True)
+    module = runtime.load_module(
+        runtime._KERNEL_HEADER + kernel.source.replace("KERNEL_NAME", "kernel")
+    )
+    out = torch.empty(4096)
+    for warps in (2, 4):
+        runtime.launch(module.kernel, 4096, x, out, XBLOCK=1024, num_warps=warps)
+    found = [
+        launcher.num_warps
+        for key, launcher in runtime._launchers.items()
+        if key[0] == id(module.kernel)
+    ]
+    assert sorted(found) == [2, 4]
+    torch.testing.assert_close(out, x.sin().flatten())
