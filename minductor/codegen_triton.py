@@ -231,6 +231,16 @@ def welford_reduction(k, src_dtype, value: str):
     return row_mean, row_m2, total
 
 
+MIN_PROGRAMS = 128  # about one per SM of an H100 (132): fewer leaves SMs idle
+
+
+def fill_the_gpu(numel: int, xblock: int, smallest: int) -> int:
+    """Halve xblock until numel makes MIN_PROGRAMS programs of it, or it is smallest."""
+    while xblock > smallest and -(-numel // xblock) < MIN_PROGRAMS:
+        xblock //= 2
+    return xblock
+
+
 def reduction_config(
     numel: int, rnumel: int, kind: str, interpret: bool = False, inner: bool = True
 ) -> dict[str, int]:
@@ -244,6 +254,8 @@ def reduction_config(
     xblock = min(_next_power_of_2(max(numel, 1)), max(1, budget // rblock))
     if kind == "red" and inner and not interpret:
         xblock = 1  # one long contiguous row per program streams best (H200 sweep)
+    if not interpret:
+        xblock = fill_the_gpu(numel, xblock, smallest=1)
     num_warps = max(1, min(8, xblock * rblock // 256))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
 
@@ -284,10 +296,14 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def pointwise_config(numel: int) -> dict[str, int]:
-    """Block size and warps for a 1-D pointwise kernel (Inductor would autotune)."""
+def pointwise_config(numel: int, interpret: bool = False) -> dict[str, int]:
+    """Block size and warps for a 1-D pointwise kernel: big blocks, enough programs."""
     xblock = min(config.max_xblock, _next_power_of_2(max(numel, 1)))
-    return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 256))}
+    if not interpret:
+        xblock = fill_the_gpu(numel, xblock, smallest=min(xblock, 128))
+    # a warp per 256 elements, but up to 4 warps while each thread has one element
+    num_warps = max(xblock // 256, min(4, xblock // 32))
+    return {"XBLOCK": xblock, "num_warps": max(1, min(8, num_warps))}
 
 
 class TritonKernel:
@@ -562,8 +578,9 @@ class GeneratedKernel:
     meta: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
     rnumel: int | sympy.Expr = 1
     size_args: tuple[str, ...] = ()  # size symbols passed after the buffers
-    # a persistent kernel over rows of symbolic length: its blocks are sized at each
-    # launch, from that call's row length ("inner" or "outer" reduction), else None
+    # blocks sized at each launch from that call's sizes: a persistent kernel over
+    # rows of symbolic length ("inner" or "outer" reduction), a pointwise kernel over
+    # a symbolic number of elements ("pointwise"); else None
     per_call_blocks: str | None = None
 
 
@@ -595,7 +612,7 @@ def generate_kernel(
     # block sizes are heuristics: with symbolic sizes they follow this call's hints
     numel, rnumel = sizevars.size_hints((kernel.numel, kernel.rnumel))
     if kernel.kind == "poi":
-        meta = pointwise_config(numel)
+        meta = pointwise_config(numel, interpret)
     else:
         meta = reduction_config(
             numel, rnumel, kernel.kind, interpret, is_inner_reduction(node)
@@ -603,6 +620,8 @@ def generate_kernel(
     per_call = None
     if kernel.kind == "per" and not kernel.rnumel.is_Integer:
         per_call = "inner" if is_inner_reduction(node) else "outer"
+    if kernel.kind == "poi" and not kernel.numel.is_Integer:
+        per_call = "pointwise"
     int64 = kernel.index_dtype(sizevars) == "tl.int64"
     symbols = sorted(s.name for s in kernel.size_symbols)
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]

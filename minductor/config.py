@@ -42,6 +42,8 @@ class Config:
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
     # where generated modules are written (ch. 16)
     cache_dir: str = field(default_factory=_default_cache_dir)
+    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 16)
+    max_autotune: bool = False
 
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:
@@ -62,8 +64,7 @@ config = Config()
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _UNBUILT = {
     "reduce-overhead": "CUDA graphs",
-    "max-autotune": "autotuning and CUDA graphs",
-    "max-autotune-no-cudagraphs": "autotuning",
+    "max-autotune": "CUDA graphs",
 }
 _warned: set[str] = set()
 
@@ -77,10 +78,11 @@ def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]
         _warned.add(mode)
         log.warning(
             "minductor: mode=%r asks for %s, which minductor does not build yet; "
-            "compiling as mode='default'", mode, _UNBUILT[mode]
+            "compiling without", mode, _UNBUILT[mode]
         )
     fields = {f.name: f for f in dataclasses.fields(Config)}
-    changes = dict(options or {})
+    changes = {"max_autotune": True} if mode.startswith("max-autotune") else {}
+    changes.update(options or {})
     for name, value in changes.items():
         if name not in fields:
             valid = ", ".join(sorted(fields))

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -133,6 +134,14 @@ _launchers: dict[tuple, Launcher] = {}
 
 
 @functools.lru_cache(maxsize=None)
+def pointwise_blocks(numel: int) -> dict[str, int]:
+    """Blocks for a pointwise kernel over a number of elements known only now."""
+    from minductor.codegen_triton import pointwise_config
+
+    return pointwise_config(numel, interpret_mode())
+
+
+@functools.lru_cache(maxsize=None)
 def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
     """Blocks for a persistent kernel whose row length is known only now (chapter 14's
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
@@ -161,7 +170,7 @@ def launch(
     symbols = ()
     if args and not isinstance(args[-1], torch.Tensor):
         symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
-    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK)
+    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK, num_warps)
     launcher = _launchers.get(key)
     if launcher is None:
         grid = ((numel + XBLOCK - 1) // XBLOCK,)
@@ -236,3 +245,139 @@ def benchmark(fn: Callable[[], object], times: int = 10, repeat: int = 10) -> fl
         sync()
         timings.append((time.perf_counter() - start) * 1000 / times)
     return sorted(timings)[len(timings) // 2]
+
+
+_skipped: set[str] = set()  # reasons already logged
+_KERNEL_HEADER = """import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from minductor import triton_helpers as helpers
+
+"""
+
+
+def candidate_configs(
+    kind: str, numel: int, rnumel: int, meta: dict[str, int]
+) -> list[dict[str, int]]:
+    """The rule's configuration and its neighbours that the kernel's masks allow."""
+    x, r, w = meta["XBLOCK"], meta.get("RBLOCK"), meta["num_warps"]
+    shapes = [(x, r), (x // 2, r), (x * 2, r)]
+    if kind == "red":  # a looped reduction's chunk may change too
+        shapes += [(x, r // 2), (x, r * 2)]
+    found = []
+    for xblock, rblock in shapes:
+        if not _fits(numel, x, xblock) or (r and not _fits(rnumel, r, rblock)):
+            continue
+        if r and xblock * rblock > 16384:  # a tile that large spills its registers
+            continue
+        for warps in (w, w // 2, w * 2):
+            cfg = {"XBLOCK": xblock, "num_warps": warps}
+            if r:
+                cfg = {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps}
+            if 1 <= warps <= 16 and cfg not in found:
+                found.append(cfg)
+    return found
+
+
+def _fits(size: int, block: int, candidate: int) -> bool:
+    """May a kernel generated for `block` run with `candidate` over `size`?"""
+    if candidate < 1 or candidate > max(block, _next_power_of_2(size)):
+        return False
+    exact = size % block == 0  # the kernel's mask is then a constant True
+    return not exact or size % candidate == 0
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def autotune_path(source: str, sizes: tuple, device: str) -> Path:
+    key = f"{source}\n{sizes}\n{device}".encode()
+    name = hashlib.sha256(key).hexdigest()[:20]
+    return Path(config.cache_dir) / "autotune" / f"{name}.json"
+
+
+def autotune(
+    source: str,
+    sizes: tuple,
+    device: str,
+    candidates: list[dict[str, int]],
+    time_one: Callable[[dict[str, int]], float],
+) -> dict:
+    """The fastest candidate, by time_one (ms), measured once and kept on disk."""
+    path = autotune_path(source, sizes, device)
+    if path.exists():
+        return {**json.loads(path.read_text()), "cached": True}
+    timings = []
+    for cfg in candidates:
+        try:
+            timings.append((time_one(cfg), cfg))
+        except Exception as error:  # e.g. out of registers: not a candidate
+            log.debug("autotune: %s failed: %s", cfg, error)
+    ms, best = min(timings, key=lambda t: t[0])
+    result = {"config": best, "ms": ms, "rule_ms": timings[0][0], "tried": len(timings)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(path)
+    return {**result, "cached": False}
+
+
+def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
+    """(meta, comment) for a GeneratedKernel: the measured winner where possible."""
+    meta = dict(kernel.meta)
+    devices = {device.type for *_, device in layouts}
+    why = None
+    if interpret_mode():
+        why = "kernels run in Triton's interpreter, with nothing to measure"
+    elif devices != {"cuda"}:
+        why = "its tensors are not all on a GPU"
+    elif kernel.per_call_blocks:
+        why = "its blocks are sized at each launch"
+    if why:
+        if why not in _skipped:
+            _skipped.add(why)
+            log.warning("minductor: max-autotune skips kernels: %s", why)
+        return meta, ""
+    numel, rnumel = sizes
+    kind = kernel.descriptive_name[:3]
+    source = kernel.source.replace("KERNEL_NAME", "kernel")
+    module = load_module(_KERNEL_HEADER + source)
+    args = [_example(*layout) for layout in layouts] + list(symbol_hints)
+    if timer is None:
+        from triton.testing import do_bench
+
+        timer = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
+
+    reduction = {"rnumel": rnumel} if kind != "poi" else {}
+
+    def time_one(cfg: dict[str, int]) -> float:
+        def run():
+            launch(module.kernel, numel, *args, **reduction, **cfg)
+
+        run()  # compiles this configuration
+        torch.cuda.synchronize()
+        return timer(run)
+
+    candidates = candidate_configs(kind, numel, rnumel, meta)
+    device = torch.cuda.get_device_name(layouts[0][3])
+    key = (numel, rnumel, *symbol_hints)
+    result = autotune(kernel.source, key, device, candidates, time_one)
+    won = result["config"]
+    shown = ", ".join(f"{k}={v}" for k, v in won.items())
+    how = "cached" if result["cached"] else f"{result['tried']} tried"
+    comment = (
+        f"# autotuned: {shown}, {result['ms'] * 1000:.1f} us "
+        f"(rule's: {result['rule_ms'] * 1000:.1f} us; {how})"
+    )
+    return won, comment
+
+
+def _example(size, stride, dtype, device) -> torch.Tensor:
+    """An input with this layout: random floats, zeros otherwise (maybe indices)."""
+    if dtype.is_floating_point:
+        return rand_strided(size, stride, device, dtype)
+    needed = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    storage = torch.zeros(needed, dtype=dtype, device=device)
+    return torch.as_strided(storage, size, stride)

@@ -11,6 +11,7 @@ import sympy
 import torch
 
 from minductor.codegen_triton import GeneratedKernel, generate_kernel
+from minductor.config import config
 from minductor.ir import (
     Buffer,
     ConcatBuffer,
@@ -24,6 +25,7 @@ from minductor.ir import (
     TensorBox,
 )
 from minductor.lowering import GraphLowering
+from minductor.runtime import autotune_kernel
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
 from minductor.sizevars import pexpr
 
@@ -63,18 +65,22 @@ class AllocateLine:
 class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
+    comment: str = ""  # what autotuning chose (chapter 16)
 
     def codegen(self) -> str:
         k = self.kernel
         args = ", ".join(k.call_args + k.size_args)
         numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
-        if k.per_call_blocks:  # rows of symbolic length: blocks sized per call
+        if k.per_call_blocks == "pointwise":  # symbolic sizes: blocks sized per call
+            meta = f"**pointwise_blocks({numel})"
+        elif k.per_call_blocks:
             inner = k.per_call_blocks == "inner"
             meta = f"**persistent_blocks({numel}, {rnumel}, inner={inner})"
         if "RBLOCK" in dict(k.meta):  # a reduction: its size goes too
             meta = f"rnumel={rnumel}, {meta}"
-        return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
+        line = f"launch({self.kernel_name}, {numel}, {args}, {meta})"
+        return f"{self.comment}\n{line}" if self.comment else line
 
     def uses(self) -> tuple[str, ...]:
         return self.kernel.call_args
@@ -285,7 +291,10 @@ class WrapperCodeGen:
                     self.lines.append(ReuseLine(member.node.target.name, buf))
                 elif buf not in removed:
                     self.lines += self.allocate(buf, member.node.layout)
-            self.lines.append(KernelCallLine(name, kernel))
+            comment = ""
+            if config.max_autotune:  # chapter 16: measure a few blocks, keep the best
+                kernel, comment = self.autotune(kernel)
+            self.lines.append(KernelCallLine(name, kernel, comment))
         self.plan_frees()
         self.plan_reuse()
         if self.cuda_device() is None:  # tensors on several GPUs: name each one's
@@ -295,6 +304,25 @@ class WrapperCodeGen:
                 else line
                 for line in self.lines
             ]
+
+    def autotune(self, kernel: GeneratedKernel) -> tuple[GeneratedKernel, str]:
+        """The kernel with measured blocks, given the layouts of its buffers."""
+        layouts = {b.name: b.layout for b in self.graph.buffers}
+        for name, value in self.graph.graph_inputs.items():
+            if isinstance(value, TensorBox):
+                layouts[name] = value.data.layout
+        if any(name not in layouts for name in kernel.call_args):
+            return kernel, ""  # a buffer with no layout of its own: keep the rule's
+        hint = self.graph.sizevars.size_hints
+        examples = [
+            (hint(lay.size), hint(lay.stride), lay.dtype, lay.device)
+            for lay in (layouts[name] for name in kernel.call_args)
+        ]
+        by_name = {s.name: h for s, h in self.graph.sizevars.var_to_hint.items()}
+        symbols = [by_name[name] for name in kernel.size_args]
+        sizes = hint((kernel.numel, kernel.rnumel))
+        meta, comment = autotune_kernel(kernel, examples, symbols, sizes)
+        return dataclasses.replace(kernel, meta=tuple(meta.items())), comment
 
     def allocate(self, name: str, layout: FixedLayout) -> list[Line]:
         """Memory for a kernel's output: its own, or a slice of its owner's (cat)."""
@@ -483,7 +511,8 @@ class WrapperCodeGen:
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
             "    benchmark, empty_strided, empty_strided_cpu, empty_strided_cuda,",
-            "    extern_kernels, launch, persistent_blocks, rand_strided,",
+            "    extern_kernels, launch, persistent_blocks, pointwise_blocks,",
+            "    rand_strided,",
             "    reinterpret_tensor, restride,",
             ")",
             "",

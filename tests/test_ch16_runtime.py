@@ -153,9 +153,9 @@ def test_launch_keeps_one_launcher_per_kernel_and_grid():
     launch(kernel, 100, 7, XBLOCK=8, num_warps=1)  # a size symbol, s0 = 7
     mine = {key for key in runtime._launchers if key[0] == id(kernel)}
     assert mine == {
-        (id(kernel), (10,), (), 8, None),
-        (id(kernel), (100,), (), 8, None),
-        (id(kernel), (100,), (7,), 8, None),
+        (id(kernel), (10,), (), 8, None, 1),
+        (id(kernel), (100,), (), 8, None, 1),
+        (id(kernel), (100,), (7,), 8, None, 1),
     }
     # in the interpreter there is no binary: every launch takes Triton's generic path
     assert kernel.grids == [(2,), (2,), (2,), (13,), (13,)]
