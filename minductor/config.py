@@ -40,6 +40,10 @@ class Config:
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
     # where generated modules are written (ch. 16)
     cache_dir: str = field(default_factory=_default_cache_dir)
+    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 17)
+    cudagraphs: bool = False
+    # most recordings of a graph (one per input shape) before plain launches (ch. 17)
+    cudagraph_max_recordings: int = 8
 
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:
@@ -58,11 +62,11 @@ config = Config()
 
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-_UNBUILT = {
-    "reduce-overhead": "CUDA graphs",
-    "max-autotune": "autotuning and CUDA graphs",
-    "max-autotune-no-cudagraphs": "autotuning",
+MODE_OPTIONS: dict[str, dict[str, Any]] = {
+    "reduce-overhead": {"cudagraphs": True},
+    "max-autotune": {"cudagraphs": True},
 }
+_UNBUILT = {"max-autotune": "autotuning", "max-autotune-no-cudagraphs": "autotuning"}
 _warned: set[str] = set()
 
 
@@ -74,8 +78,8 @@ def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]
     if mode in _UNBUILT and mode not in _warned:
         _warned.add(mode)
         log.warning(
-            "minductor: mode=%r asks for %s, which minductor does not build yet; "
-            "compiling as mode='default'", mode, _UNBUILT[mode]
+            "minductor: mode=%r asks for %s, which minductor does not build; "
+            "compiling without it", mode, _UNBUILT[mode]
         )
     fields = {f.name: f for f in dataclasses.fields(Config)}
     changes = dict(options or {})
@@ -92,4 +96,4 @@ def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]
                 f"minductor: option {name!r} takes a {expected.__name__}, "
                 f"got {value!r}"
             )
-    return changes
+    return {**MODE_OPTIONS.get(mode, {}), **changes}

@@ -320,7 +320,18 @@ def test_every_mode_compiles_and_runs_right(mode, caplog):
         out = torch.compile(_chain, backend="minductor", mode=mode)(x)
     torch.testing.assert_close(out, _chain(x))
     said = [r.getMessage() for r in caplog.records if "does not build" in r.getMessage()]
-    assert bool(said) == (mode != "default")
+    assert bool(said) == (mode == "max-autotune")  # autotuning; CUDA graphs: ch. 17
+
+
+def test_modes_and_options_set_cudagraphs():
+    assert settings("reduce-overhead", None) == {"cudagraphs": True}
+    assert settings("max-autotune", None)["cudagraphs"] is True
+    assert settings("max-autotune-no-cudagraphs", None) == {}
+    assert settings(None, {"cudagraphs": True}) == {"cudagraphs": True}
+    # the caller's options win over the mode's
+    assert settings("reduce-overhead", {"cudagraphs": False}) == {"cudagraphs": False}
+    with pytest.raises(TypeError, match="takes a bool"):
+        settings(None, {"cudagraphs": 1})
 
 
 def test_unknown_option_or_mode_or_wrong_type_is_a_clear_error():
