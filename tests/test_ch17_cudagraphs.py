@@ -347,7 +347,9 @@ def test_one_recording_per_shape_then_plain(graphed, caplog):
 
 
 def test_a_recording_per_shape(graphed):
-    compiled = torch.compile(_f, backend="minductor", mode="reduce-overhead", dynamic=True)
+    compiled = torch.compile(
+        _f, backend="minductor", mode="reduce-overhead", dynamic=True
+    )
     for shape in [(5, 7)] * 3 + [(6, 3)] * 3 + [(5, 7), (6, 3)] * 2:
         x = torch.randn(*shape, device=DEVICE)
         torch.testing.assert_close(compiled(x), _f(x))
