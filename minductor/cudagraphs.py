@@ -253,7 +253,9 @@ class CUDARecording:
 
     def __init__(self, call: Callable, placeholders: list[Any], pool: Any):
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        tensors = [x for x in placeholders if isinstance(x, torch.Tensor)]
+        device = tensors[0].device if tensors else torch.cuda.current_device()
+        with torch.cuda.device(device), torch.cuda.graph(self.graph, pool=pool):
             self.outputs = list(call(list(placeholders)))
         self.graph.replay()  # capture ran nothing: compute this call's outputs
 
