@@ -370,8 +370,8 @@ class CUDAGraphed:
                 placeholder.copy_(x)
         inputs = list(args)
         args.clear()
-        log.debug("minductor: cudagraphs: replay of %s", self.name)
         self.pool.replaying(recording.index)
+        log.debug("minductor: cudagraphs: replay of %s", self.name)
         recording.recorder.replay()
         return self._outputs(recording, inputs)
 
