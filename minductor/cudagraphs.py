@@ -255,9 +255,19 @@ class CUDARecording:
         self.graph = torch.cuda.CUDAGraph()
         tensors = [x for x in placeholders if isinstance(x, torch.Tensor)]
         device = tensors[0].device if tensors else torch.cuda.current_device()
-        with torch.cuda.device(device), torch.cuda.graph(self.graph, pool=pool):
-            self.outputs = list(call(list(placeholders)))
-        self.graph.replay()  # capture ran nothing: compute this call's outputs
+        with torch.cuda.device(device):
+            first = list(call(list(placeholders)))  # plain launches
+            torch.cuda.synchronize()
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.outputs = list(call(list(placeholders)))
+            done = set()
+            for out, value in zip(self.outputs, first):
+                if not torch.is_tensor(out):
+                    continue
+                storage = out.untyped_storage()
+                if storage.data_ptr() not in done | {value.data_ptr()}:
+                    done.add(storage.data_ptr())
+                    storage.copy_(value.untyped_storage())
 
     def replay(self) -> None:
         self.graph.replay()
@@ -376,10 +386,11 @@ class CUDAGraphed:
         return self._outputs(recording, inputs)
 
     def _outputs(self, recording: Recording, inputs: list[Any]) -> list[Any]:
-        outputs = self.pool.hand_out(recording.recorder.outputs, recording.owned)
+        recorded = recording.recorder.outputs
+        outputs = self.pool.hand_out(recorded, recording.owned)
         for n, i in enumerate(recording.from_input):
             if i is not None:  # a copied input or its view: the caller's tensor
-                out, x = outputs[n], inputs[i]
+                out, x = recorded[n], inputs[i]
                 offset = x.storage_offset() + out.storage_offset()
                 outputs[n] = x.as_strided(out.size(), out.stride(), offset)
         return outputs
