@@ -21,6 +21,7 @@ from minductor import (  # noqa: E402, F401
     indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 12: batch norm in training, its backward, pooling
+    cudagraphs,  # ch. 17: not a lowering; joins capture's graph_wrappers
 )
 
 

@@ -147,10 +147,27 @@ def compile_backward(
     return compile_fx(gm, example_inputs)
 
 
-def _with_settings(compiler: Callable, changes: dict[str, Any]) -> Callable:
+@dataclass
+class GraphInfo:
+    gm: torch.fx.GraphModule
+    example_inputs: Sequence[Any]
+    kind: str  # "inference", "forward" or "backward"
+    shared: dict[str, Any]  # one per Dynamo graph: its forward and backward share it
+
+
+# each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 17)
+graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
+
+
+def _with_settings(
+    compiler: Callable, changes: dict[str, Any], kind: str, shared: dict[str, Any]
+) -> Callable:
     def compile_with_settings(gm, example_inputs):
         with config.patch(changes):
-            return compiler(gm, example_inputs)
+            compiled = compiler(gm, example_inputs)
+            for wrap in graph_wrappers:
+                compiled = wrap(compiled, GraphInfo(gm, example_inputs, kind, shared))
+            return compiled
 
     return compile_with_settings
 
@@ -161,15 +178,15 @@ def minductor_backend(
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable:
-    changes = settings(mode, options)
+    changes, shared = settings(mode, options), {}
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     forward = functools.partial(
         compile_fx, user_outputs=len(pytree.arg_tree_leaves(*output.args))
     )
     backend = aot_autograd(
-        fw_compiler=_with_settings(forward, changes),
-        inference_compiler=_with_settings(compile_fx, changes),
-        bw_compiler=_with_settings(compile_backward, changes),
+        fw_compiler=_with_settings(forward, changes, "forward", shared),
+        bw_compiler=_with_settings(compile_backward, changes, "backward", shared),
+        inference_compiler=_with_settings(compile_fx, changes, "inference", shared),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph

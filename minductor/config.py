@@ -44,6 +44,10 @@ class Config:
     cache_dir: str = field(default_factory=_default_cache_dir)
     # time a few block sizes per kernel on the GPU, keep the fastest (ch. 16)
     max_autotune: bool = False
+    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 17)
+    cudagraphs: bool = False
+    # most recordings of a graph (one per input shape) before plain launches (ch. 17)
+    cudagraph_max_recordings: int = 8
 
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:
@@ -62,11 +66,11 @@ config = Config()
 
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-_UNBUILT = {
-    "reduce-overhead": "CUDA graphs",
-    "max-autotune": "CUDA graphs",
+MODE_OPTIONS: dict[str, dict[str, Any]] = {
+    "reduce-overhead": {"cudagraphs": True},
+    "max-autotune": {"cudagraphs": True, "max_autotune": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
 }
-_warned: set[str] = set()
 
 
 def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
@@ -74,15 +78,8 @@ def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]
     mode = mode or "default"
     if mode not in MODES:
         raise ValueError(f"minductor: unknown mode {mode!r}; the modes are {MODES}")
-    if mode in _UNBUILT and mode not in _warned:
-        _warned.add(mode)
-        log.warning(
-            "minductor: mode=%r asks for %s, which minductor does not build yet; "
-            "compiling without", mode, _UNBUILT[mode]
-        )
     fields = {f.name: f for f in dataclasses.fields(Config)}
-    changes = {"max_autotune": True} if mode.startswith("max-autotune") else {}
-    changes.update(options or {})
+    changes = dict(options or {})
     for name, value in changes.items():
         if name not in fields:
             valid = ", ".join(sorted(fields))
@@ -96,4 +93,4 @@ def settings(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]
                 f"minductor: option {name!r} takes a {expected.__name__}, "
                 f"got {value!r}"
             )
-    return changes
+    return {**MODE_OPTIONS.get(mode, {}), **changes}
