@@ -21,6 +21,7 @@ from minductor import (  # noqa: E402, F401
     indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 12: batch norm in training, its backward, pooling
+    debug,  # ch. 18: debug folders, torch's logs and traces, explain
 )
 
 
@@ -33,8 +34,10 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
+from minductor.debug import explain  # noqa: E402  (ch. 18)
+
 _register()
 if config.debug:
     logging.getLogger("minductor").setLevel(logging.DEBUG)
 
-__all__ = ["compile_fx", "config", "minductor_backend", "run_and_get_code"]
+__all__ = ["compile_fx", "config", "explain", "minductor_backend", "run_and_get_code"]

@@ -40,6 +40,9 @@ class Config:
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
     # where generated modules are written (ch. 16)
     cache_dir: str = field(default_factory=_default_cache_dir)
+    # a debug folder per compiled graph under this one; "" writes none unless
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 18)
+    debug_dir: str = ""
 
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:
