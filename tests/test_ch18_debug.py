@@ -40,7 +40,7 @@ def _compile(fn, **options):
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    """Run code in a fresh interpreter: TORCH_LOGS and TORCH_TRACE are read at import."""
+    """Run code in a new interpreter: TORCH_LOGS and TORCH_TRACE are read at import."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run(
         [sys.executable, "-c", code],
@@ -326,8 +326,6 @@ def test_cuda_profile_has_triton_kernels_by_name():
         fast(x)
         torch.cuda.synchronize()
     gpu = [
-        e.name
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA
+        e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
     ]
     assert "triton_poi_fused_mul_relu_0" in gpu
