@@ -22,6 +22,7 @@ from minductor import (  # noqa: E402, F401
     extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 12: batch norm in training, its backward, pooling
     cudagraphs,  # ch. 17: not a lowering; joins capture's graph_wrappers
+    debug,  # ch. 18: debug folders, torch's logs and traces, explain
 )
 
 
@@ -34,8 +35,10 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
+from minductor.debug import explain  # noqa: E402  (ch. 18)
+
 _register()
 if config.debug:
     logging.getLogger("minductor").setLevel(logging.DEBUG)
 
-__all__ = ["compile_fx", "config", "minductor_backend", "run_and_get_code"]
+__all__ = ["compile_fx", "config", "explain", "minductor_backend", "run_and_get_code"]

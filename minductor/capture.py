@@ -41,6 +41,9 @@ class CompiledGraph:
 
 
 _observers: list[list[CompiledGraph]] = []
+# called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
+# chapter 18 writes debug folders and logs from here
+compile_hooks: list[Callable[..., None]] = []
 
 
 @contextlib.contextmanager
@@ -136,6 +139,8 @@ def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
         log.debug("minductor: generated %s\n%s", module.__file__, source)
     for found in _observers:
         found.append(compiled)
+    for hook in compile_hooks:
+        hook(gm, graph, scheduler, wrapper, compiled)
     return compiled
 
 

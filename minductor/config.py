@@ -48,6 +48,9 @@ class Config:
     cudagraphs: bool = False
     # most recordings of a graph (one per input shape) before plain launches (ch. 17)
     cudagraph_max_recordings: int = 8
+    # a debug folder per compiled graph under this one; "" writes none unless
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 18)
+    debug_dir: str = ""
 
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:

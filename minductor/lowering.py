@@ -555,6 +555,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
+        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 18
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.current_node: torch.fx.Node | None = None
@@ -709,6 +710,7 @@ class GraphLowering(torch.fx.Interpreter):
         else:
             log.debug("fallback: %s (%s)", op_name, reason)
             self.fallbacks.append(op_name)
+            self.fallback_reasons.append((op_name, reason))
 
         def realize(a: Any) -> Any:
             if isinstance(a, TensorBox):
