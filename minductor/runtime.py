@@ -302,6 +302,10 @@ def autotune_path(source: str, sizes: tuple, device: str) -> Path:
     return Path(config.cache_dir) / "autotune" / f"{name}.json"
 
 
+class AutotuneFailed(RuntimeError):
+    pass
+
+
 def autotune(
     source: str,
     sizes: tuple,
@@ -313,12 +317,15 @@ def autotune(
     path = autotune_path(source, sizes, device)
     if path.exists():
         return {**json.loads(path.read_text()), "cached": True}
-    timings = []
+    timings, failure = [], None
     for cfg in candidates:
         try:
             timings.append((time_one(cfg), cfg))
         except Exception as error:  # e.g. out of registers: not a candidate
             log.debug("autotune: %s failed: %s", cfg, error)
+            failure = error
+    if not timings:  # nothing ran: the caller keeps the rule's blocks
+        raise AutotuneFailed(f"every configuration failed, the last with: {failure}")
     ms, best = min(timings, key=lambda t: t[0])
     result = {"config": best, "ms": ms, "rule_ms": timings[0][0], "tried": len(timings)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -348,7 +355,10 @@ def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
     kind = kernel.descriptive_name[:3]
     source = kernel.source.replace("KERNEL_NAME", "kernel")
     module = load_module(_KERNEL_HEADER + source)
-    args = [_example(*layout) for layout in layouts] + list(symbol_hints)
+    # compiling happens inside Dynamo's fake mode, where a new tensor has no memory
+    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
+    with fake_off():
+        args = [_example(*layout) for layout in layouts] + list(symbol_hints)
     if timer is None:
         from triton.testing import do_bench
 
@@ -367,7 +377,12 @@ def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
     candidates = candidate_configs(kind, numel, rnumel, meta)
     device = torch.cuda.get_device_name(layouts[0][3])
     key = (numel, rnumel, *symbol_hints)
-    result = autotune(kernel.source, key, device, candidates, time_one)
+    try:
+        with fake_off():
+            result = autotune(kernel.source, key, device, candidates, time_one)
+    except AutotuneFailed as why:
+        log.warning("minductor: max-autotune kept the rule's blocks: %s", why)
+        return meta, ""
     won = result["config"]
     shown = ", ".join(f"{k}={v}" for k, v in won.items())
     how = "cached" if result["cached"] else f"{result['tried']} tried"

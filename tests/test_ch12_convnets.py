@@ -27,7 +27,8 @@ def _train_steps(model, x, steps, compile_it):
                 p.grad = None
             xs = x.detach().requires_grad_()
             out = fn(xs)
-            (out.float() * torch.linspace(-1, 2, out.numel()).view(out.shape)).sum().backward()
+            weights = torch.linspace(-1, 2, out.numel(), device=out.device)
+            (out.float() * weights.view(out.shape)).sum().backward()
     grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
     return out, grads, dict(model.named_buffers()), graphs
 

@@ -172,7 +172,7 @@ def test_direct_launch_never_serves_an_unaligned_pointer():
         out.fill_(-7.0)
         launch(_double, 1000, x, out, XBLOCK=256, num_warps=4)
         torch.testing.assert_close(out, x * 2)
-    launcher = runtime._launchers[(id(_double), (1000,), (), 256, None)]
+    launcher = runtime._launchers[(id(_double), (1000,), (), 256, None, 4)]
     assert launcher.binary is not None  # the aligned calls went the direct way
 
 

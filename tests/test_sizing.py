@@ -17,7 +17,12 @@ from minductor.codegen_triton import (
 )
 from minductor.config import config, settings
 from minductor.lowering import GraphLowering
-from minductor.runtime import autotune, autotune_path, candidate_configs
+from minductor.runtime import (
+    AutotuneFailed,
+    autotune,
+    autotune_path,
+    candidate_configs,
+)
 from minductor.scheduler import Scheduler
 
 pytestmark = [pytest.mark.ch14, pytest.mark.ch16]
@@ -186,6 +191,17 @@ def test_autotune_measures_once_and_keeps_the_winner_on_disk(tmp_path):
         assert autotune_path("src2", (4096, 1), "GPU") != path
         assert autotune_path("src", (4097, 1), "GPU") != path
         assert autotune_path("src", (4096, 1), "other GPU") != path
+
+
+def test_autotune_with_no_candidate_that_runs_keeps_nothing_and_says_why(tmp_path):
+    def broken(cfg):
+        raise RuntimeError(f"cannot run {cfg['XBLOCK']}")
+
+    candidates = candidate_configs("poi", 4096, 1, {"XBLOCK": 128, "num_warps": 4})
+    with config.patch({"cache_dir": str(tmp_path)}):
+        with pytest.raises(AutotuneFailed, match="every configuration failed.*cannot"):
+            autotune("src", (4096, 1), "GPU", candidates, broken)
+        assert not autotune_path("src", (4096, 1), "GPU").exists()
 
 
 def test_max_autotune_on_cpu_is_skipped_with_a_log_line(caplog, tmp_path):
