@@ -68,6 +68,7 @@ class Launcher:
         self.binary = None  # the compiled kernel, once built for aligned pointers
         self.device = -1  # the CUDA device it was built and loaded on
         self.pointers: tuple[int, ...] = ()  # positions of the tensor arguments
+        self.dtypes: tuple[torch.dtype, ...] = ()  # their types, the binary's
 
     def __call__(self, *args) -> None:
         if self.interpret:
@@ -77,9 +78,10 @@ class Launcher:
             return
         b = self.binary
         if b is not None and _current_device() == self.device:
-            for i in self.pointers:
-                if args[i].data_ptr() % 16:
-                    break  # unaligned: not what the binary was built for
+            for i, dtype in zip(self.pointers, self.dtypes):
+                a = args[i]
+                if a.data_ptr() % 16 or a.dtype is not dtype:
+                    break  # unaligned, or other types: not the binary's
             else:
                 b.run(
                     *self.grid3,
@@ -100,6 +102,7 @@ class Launcher:
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and self.binary is None and _has_direct_launch(binary):
             self.binary = binary
+            self.dtypes = tuple(args[i].dtype for i in self.pointers)
             self.device = _current_device()
             self.grid3 = self.grid + (1,) * (3 - len(self.grid))
 

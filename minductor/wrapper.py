@@ -259,7 +259,10 @@ class WrapperCodeGen:
         self.graph = graph
         self.scheduler = scheduler
         self.interpret = interpret
-        self.kernels: dict[str, str] = {}  # source (with placeholder) -> kernel name
+        # (source with placeholder, its buffers' dtypes) -> kernel name: a compiled
+        # kernel is specialized for its pointers' types, so a copy of floats and a
+        # copy of integers, the same text, are two kernels
+        self.kernels: dict[tuple[str, tuple[torch.dtype, ...]], str] = {}
         self.lines: list[Line] = []
 
     def plan(self) -> None:
@@ -281,10 +284,11 @@ class WrapperCodeGen:
             kernel = generate_kernel(
                 node, removed, self.interpret, self.graph.sizevars
             )
-            name = self.kernels.get(kernel.source)
+            key = (kernel.source, self.arg_dtypes(kernel))
+            name = self.kernels.get(key)
             if name is None:
                 name = f"triton_{kernel.descriptive_name}_{len(self.kernels)}"
-                self.kernels[kernel.source] = name
+                self.kernels[key] = name
             for member in node.snodes:
                 buf = member.get_name()
                 if isinstance(member.node, MutationBuffer):  # writes its target
@@ -304,6 +308,17 @@ class WrapperCodeGen:
                 else line
                 for line in self.lines
             ]
+
+    def arg_dtypes(self, kernel: GeneratedKernel) -> tuple[torch.dtype | None, ...]:
+        """The dtypes of the buffers a kernel reads and writes, in argument order."""
+        if not hasattr(self, "_dtypes"):
+            self._dtypes = {
+                b.name: getattr(b.layout, "dtype", None) for b in self.graph.buffers
+            }
+            for name, value in self.graph.graph_inputs.items():
+                if isinstance(value, TensorBox):
+                    self._dtypes[name] = value.get_dtype()
+        return tuple(self._dtypes.get(name) for name in kernel.call_args)
 
     def autotune(self, kernel: GeneratedKernel) -> tuple[GeneratedKernel, str]:
         """The kernel with measured blocks, given the layouts of its buffers."""
@@ -519,7 +534,7 @@ class WrapperCodeGen:
             "aten = torch.ops.aten",
             "",
         ]
-        for source, name in self.kernels.items():
+        for (source, _), name in self.kernels.items():
             out += ["", source.replace("KERNEL_NAME", name), ""]
         out += ["", *self.generate_call(), "", *self.generate_benchmark()]
         out += [

@@ -670,3 +670,18 @@ def test_call_runs_on_its_gpu_and_allocations_name_a_device_only_when_needed():
     assert AllocateLine("buf4", layout).codegen() == (
         "buf4 = empty_strided_cuda((2, 3), (3, 1), torch.float16)"
     )
+
+
+def test_same_kernel_text_over_other_dtypes_is_another_kernel():
+    # max-pooling's values and indices, both copied into eager's channels-last
+    # strides: one text, but a compiled kernel is specialized for float or int64
+    y = torch.randn(2, 3, 6, 5).to(memory_format=torch.channels_last)
+    fn = lambda y: torch.nn.functional.max_pool2d(y, 3, 2, 1, return_indices=True)  # noqa: E731
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        values, indices = torch.compile(fn, backend="minductor")(y)
+    expected = fn(y)
+    torch.testing.assert_close(values, expected[0])
+    assert torch.equal(indices, expected[1])
+    names = graphs[0].kernel_names
+    assert len(names) == len(set(names)) == 3  # the pooling, and a copy per dtype

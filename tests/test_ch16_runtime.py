@@ -176,6 +176,24 @@ def test_direct_launch_never_serves_an_unaligned_pointer():
     assert launcher.binary is not None  # the aligned calls went the direct way
 
 
+@pytest.mark.cuda
+def test_direct_launch_never_serves_other_element_types():
+    # one kernel text, floats then 8-byte integers then floats: a binary compiled
+    # for the first call's pointers must not copy the integers as floats
+    for x in (torch.randn(1000, device="cuda"), torch.arange(1000, device="cuda")):
+        for _ in range(2):
+            out = torch.full_like(x, -7)
+            launch(_copy, 1000, x, out, XBLOCK=256, num_warps=4)
+            assert torch.equal(out, x)
+
+
+@triton.jit
+def _copy(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask), xmask)
+
+
 @triton.jit
 def _double(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
