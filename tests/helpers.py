@@ -45,3 +45,20 @@ def run(fn, *args, atol=1e-4, rtol=1e-4, expected=None):
 
 def randn(*shape, device, dtype=torch.float32):
     return torch.randn(*shape, device=device).to(dtype)
+
+
+def train_steps(model, x, steps, compile_it):
+    """Runs `steps` training steps; returns the last output, the gradients, the buffers
+    and the compiled graphs."""
+    fn = torch.compile(model, backend="minductor") if compile_it else model
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        for _ in range(steps):
+            for p in model.parameters():
+                p.grad = None
+            xs = x.detach().requires_grad_()
+            out = fn(xs)
+            weights = torch.linspace(-1, 2, out.numel(), device=out.device)
+            (out.float() * weights.view(out.shape)).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
+    return out, grads, dict(model.named_buffers()), graphs

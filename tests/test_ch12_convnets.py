@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES, run
+from helpers import DEVICES, run, train_steps
 
 from minductor.capture import record_compiled
 
@@ -16,27 +16,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
-def _train_steps(model, x, steps, compile_it):
-    """Runs `steps` training steps; returns the last output, the gradients, the buffers
-    and the compiled graphs."""
-    fn = torch.compile(model, backend="minductor") if compile_it else model
-    torch._dynamo.reset()
-    with record_compiled() as graphs:
-        for _ in range(steps):
-            for p in model.parameters():
-                p.grad = None
-            xs = x.detach().requires_grad_()
-            out = fn(xs)
-            weights = torch.linspace(-1, 2, out.numel(), device=out.device)
-            (out.float() * weights.view(out.shape)).sum().backward()
-    grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
-    return out, grads, dict(model.named_buffers()), graphs
-
-
 def _compare_training(model, x, steps=3, dtype=torch.float32, allowed=()):
     ours = copy.deepcopy(model)
-    out, grads, buffers, graphs = _train_steps(ours, x, steps, True)
-    out_e, grads_e, buffers_e, _ = _train_steps(model, x, steps, False)
+    out, grads, buffers, graphs = train_steps(ours, x, steps, True)
+    out_e, grads_e, buffers_e, _ = train_steps(model, x, steps, False)
     tol = TOL[dtype]
     torch.testing.assert_close(out, out_e, atol=tol, rtol=tol)
     for name, g in grads_e.items():

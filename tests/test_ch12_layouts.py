@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES
+from helpers import DEVICES, train_steps
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.capture import record_compiled
@@ -56,7 +56,8 @@ def test_layout_decision(case, weight, groups, chosen, why):
 
 
 def test_layout_decision_needs_a_2d_convolution_and_the_option():
-    assert _decide(lambda x: x.sin(), torch.randn(2, 3)) == (False, "no 2-d convolution")
+    decided = _decide(lambda x: x.sin(), torch.randn(2, 3))
+    assert decided == (False, "no 2-d convolution")
     x, w = torch.randn(2, 16, 6, 6), _conv(96, 16, 3)
     with config.patch({"layout_optimization": False}):
         decided, why = _decide(lambda x, w: F.conv2d(x, w), x, w)
@@ -141,21 +142,6 @@ BLOCKS = {
 }
 
 
-def _steps(model, x, compile_it, steps=2):
-    fn = torch.compile(model, backend="minductor") if compile_it else model
-    torch._dynamo.reset()
-    with record_compiled() as graphs:
-        for _ in range(steps):
-            for p in model.parameters():
-                p.grad = None
-            xs = x.detach().requires_grad_()
-            out = fn(xs)
-            weights = torch.linspace(-1, 2, out.numel(), device=x.device)
-            (out * weights.view(out.shape)).sum().backward()
-    grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
-    return out, grads, dict(model.named_buffers()), graphs
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -175,9 +161,9 @@ def test_blocks_run_channels_last_like_eager(block, mode, layout, device, caplog
         x = x.to(memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
     with caplog.at_level(logging.INFO, logger="minductor"):
-        out, grads, buffers, graphs = _steps(ours, x, True)
+        out, grads, buffers, graphs = train_steps(ours, x, 2, True)
     assert "layout: channels-last" in caplog.text
-    out_e, grads_e, buffers_e, _ = _steps(model, x, False)
+    out_e, grads_e, buffers_e, _ = train_steps(model, x, 2, False)
     assert out.stride() == out_e.stride()  # the caller sees eager's layout
     torch.testing.assert_close(out, out_e, atol=1e-4, rtol=1e-4)
     for name, g in grads_e.items():

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from helpers import DEVICES, INTERPRET, run
 
 import minductor  # noqa: F401  (registers the backend)
+from minductor.capture import record_compiled
 from minductor.config import config
 
 pytestmark = pytest.mark.e2e
@@ -166,6 +167,30 @@ def test_welford_is_one_pass_and_stable():
     torch._dynamo.reset()
     got = torch.compile(lambda x: x.var(1), backend="minductor")(x.float())
     torch.testing.assert_close(got.double(), x.var(1), atol=0, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_variance_over_few_long_rows_is_two_split_passes(device, keepdim):
+    # batch-norm statistics of a channels-last image: 8 channels, each a row of
+    # 2*128*128 elements read with a stride; a mean of 1e3 with a spread of 2 would
+    # lose every digit to E[x^2]-E[x]^2
+    x64 = torch.randn(2, 8, 128, 128, dtype=torch.float64) * 2 + 1e3
+    x = x64.float().to(device).to(memory_format=torch.channels_last)
+
+    def f(x):
+        return torch.var_mean(x, dim=(0, 2, 3), correction=1, keepdim=keepdim)
+
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        var, mean = torch.compile(f, backend="minductor")(x)
+    var64, mean64 = f(x64)
+    torch.testing.assert_close(var.double().cpu(), var64, atol=0, rtol=1e-4)
+    torch.testing.assert_close(mean.double().cpu(), mean64, atol=0, rtol=1e-6)
+    assert var.shape == var64.shape and mean.dtype == torch.float32
+    # a sum and a sum of squared deviations, each in two stages: no Welford kernel
+    names = graphs[0].kernel_names
+    assert len(names) == 4 and "welford" not in graphs[0].source
 
 
 def test_variance_of_integers_falls_back():

@@ -13,6 +13,8 @@
 # %% [markdown]
 # # Exercise 1: add a lowering through the registry
 #
+# **Difficulty:** easy.
+#
 # **You will:** teach minductor two ATen ops it does not lower yet, `aten.hypot` and
 # `aten.xlogy`, by writing a lowering for each and registering it, so that they stop
 # falling back to ATen and fuse into the Triton kernel around them.

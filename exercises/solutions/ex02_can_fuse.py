@@ -13,6 +13,8 @@
 # %% [markdown]
 # # Exercise 2: write a fusion rule
 #
+# **Difficulty:** medium.
+#
 # **You will:** add a rule to the scheduler's `can_fuse` that refuses a fusion when
 # the fused kernel would read and write too many distinct buffers, register it with
 # `register_fusion_rule`, and watch it split a kernel in two, with its reason in the

@@ -13,6 +13,8 @@
 # %% [markdown]
 # # Exercise 17: a new reason not to record a CUDA graph
 #
+# **Difficulty:** medium.
+#
 # **You will:** write a check for chapter 17's decision table that refuses to record
 # a graph whose replays would copy too many bytes of inputs, register it in
 # `SKIP_CHECKS`, and watch a compiled function run with plain launches, its reason in
