@@ -58,7 +58,10 @@ def train_steps(model, x, steps, compile_it):
                 p.grad = None
             xs = x.detach().requires_grad_()
             out = fn(xs)
-            weights = torch.linspace(-1, 2, out.numel(), device=out.device)
-            (out.float() * weights.view(out.shape)).sum().backward()
+            loss = 0
+            for o in out if isinstance(out, tuple) else (out,):  # each output weighed
+                weights = torch.linspace(-1, 2, o.numel(), device=o.device)
+                loss = loss + (o.float() * weights.view(o.shape)).sum()
+            loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
     return out, grads, dict(model.named_buffers()), graphs

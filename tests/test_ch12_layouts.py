@@ -197,3 +197,97 @@ def test_nothing_is_converted_between_two_convolutions(device):
     assert "empty_strided_cpu((2, 72, 5, 6), (2160, 1, 432, 72)" in call.replace(
         "cuda", "cpu"
     )
+
+
+class UNetStep(torch.nn.Module):  # down, up, and a skip joined along the channels
+    def __init__(self, c=72):
+        super().__init__()
+        self.down = torch.nn.Conv2d(c, c, 3, 2, 1)
+        self.up = torch.nn.ConvTranspose2d(c, c, 2, 2)
+        self.fuse = torch.nn.Conv2d(2 * c, 96, 3, 1, 1)  # halving would keep NCHW
+        self.bn = torch.nn.BatchNorm2d(96)
+
+    def forward(self, x):
+        y = F.relu(self.down(x))
+        z = self.up(y) + F.interpolate(y, scale_factor=2.0, mode="bilinear")
+        return F.relu(self.bn(self.fuse(torch.cat([z, x], dim=1))))
+
+
+class Classifier(torch.nn.Module):  # to a 1x1 image, flattened into a linear head
+    def __init__(self, c=72):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, c, 3)
+        self.pool = torch.nn.MaxPool2d(2, ceil_mode=True)
+        self.head = torch.nn.Linear(c, 5)
+
+    def forward(self, x):
+        y = self.pool(F.relu(self.conv(x)))  # (N, c, 1, 1) from a 4x4 input
+        return self.head(y.flatten(1)), y  # the feature map is returned too
+
+
+OTHER_GRAPHS = {
+    "unet step, bilinear up, cat of channels": (UNetStep, (2, 72, 6, 4)),
+    "to 1x1, flatten, head; a feature map returned": (Classifier, (3, 8, 4, 4)),
+    "one image": (Classifier, (1, 8, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("case", list(OTHER_GRAPHS))
+def test_other_graphs_run_channels_last_like_eager(case, layout, device, caplog):
+    make, shape = OTHER_GRAPHS[case]
+    torch.manual_seed(0)
+    model = make().to(device)
+    x = torch.randn(shape, device=device)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        out, grads, buffers, graphs = train_steps(ours, x, 2, True)
+    assert "layout: channels-last" in caplog.text
+    out_e, grads_e, buffers_e, _ = train_steps(model, x, 2, False)
+    for o, e in zip(out if isinstance(out, tuple) else (out,),
+                    out_e if isinstance(out_e, tuple) else (out_e,)):
+        strides = [(a, b) for n, a, b in zip(o.shape, o.stride(), e.stride()) if n > 1]
+        assert all(a == b for a, b in strides)  # sizes of 1 have no stride to keep
+        torch.testing.assert_close(o, e, atol=1e-4, rtol=1e-4)
+    for name, g in grads_e.items():
+        torch.testing.assert_close(grads[name], g, atol=1e-3, rtol=1e-4, msg=name)
+    for name, b in buffers_e.items():
+        torch.testing.assert_close(buffers[name], b, atol=1e-4, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_training_channels_last_like_eager(device):
+    # bf16 gradients against a float32 run of the same model: within a few times
+    # eager's own distance from it (one step of one small block: a handful of
+    # roundings decide the largest error; a wrong layout is off by the whole scale)
+    torch.manual_seed(0)
+    model = Bottleneck().to(device)
+    x = torch.randn(2, 72, 5, 6, device=device)
+    _, grads32, _, _ = train_steps(copy.deepcopy(model), x, 1, False)
+    half = model.to(torch.bfloat16)
+    ours = copy.deepcopy(half)
+    _, grads, _, _ = train_steps(ours, x.bfloat16(), 1, True)
+    _, grads_e, _, _ = train_steps(half, x.bfloat16(), 1, False)
+    for name, ref in grads32.items():
+        ours_err = (grads[name].float() - ref).abs().max().item()
+        eager_err = (grads_e[name].float() - ref).abs().max().item()
+        scale = ref.abs().max().item()
+        assert ours_err <= 4 * eager_err + 1e-2 * scale, (name, ours_err, eager_err)
+
+
+def test_other_ranks_and_dynamic_sizes_keep_their_layouts():
+    x3, w3 = torch.randn(2, 16, 4, 4, 4), torch.randn(96, 16, 3, 3, 3)
+    assert _decide(lambda x, w: F.conv3d(x, w), x3, w3) == (False, "no 2-d convolution")
+    x1, w1 = torch.randn(2, 16, 9), torch.randn(96, 16, 3)
+    assert _decide(lambda x, w: F.conv1d(x, w), x1, w1) == (False, "no 2-d convolution")
+    torch._dynamo.reset()
+    x, w = torch.randn(2, 16, 6, 6), torch.randn(96, 16, 3, 3)
+    fn = torch.compile(lambda x, w: F.conv2d(x, w).relu(), backend="minductor",
+                       dynamic=True)
+    for n in (2, 3):
+        xs = torch.randn(n, 16, 6, 6)
+        torch.testing.assert_close(fn(xs, w), F.conv2d(xs, w).relu(), atol=1e-4,
+                                   rtol=1e-4)
