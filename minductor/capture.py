@@ -85,7 +85,7 @@ def _user_visible(user_outputs: int | None) -> range | None:
 
 
 def _report_strides(graph: GraphLowering) -> None:
-    """Tell AOTAutograd the strides of the outputs: it compiles the backward for them."""
+    """Tell AOTAutograd the outputs' strides: it compiles the backward for them."""
     context = torch._guards.TracingContext.try_get()
     reported = getattr(context, "output_strides", None)
     if reported is None:  # not compiling a forward
