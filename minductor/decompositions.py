@@ -431,6 +431,14 @@ _BORROWED = [
     aten.unsqueeze_copy,
     aten.transpose_copy,
     aten.t_copy,
+    # sliding windows as gathers (nn.Unfold, nn.Fold), blocks on a diagonal, cross
+    # products, counts and membership
+    aten.im2col,
+    aten.col2im,
+    aten.block_diag,
+    aten.linalg_cross,
+    aten.count_nonzero,
+    aten.isin,
     # gradients of views, gathers and losses: zeros with a slice, a diagonal, rows
     # or targets written in (slice_scatter, index_put with accumulate, scatter)
     aten.slice_backward,

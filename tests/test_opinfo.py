@@ -170,6 +170,11 @@ SUBSET: dict[str, tuple[str, ...]] = {
     "nn.functional.pixel_shuffle": (F, B),
     "nn.functional.pad.reflect": (F,),
     "nn.functional.pad.replicate": (F, H),
+    "nn.functional.unfold": (F,),
+    "block_diag": (F, I),
+    "linalg.cross": (F,),
+    "count_nonzero": (F, B),
+    "isin": (F, I),
     # factories and conversions
     "arange": (F, I),
     "full_like": (F, B),
