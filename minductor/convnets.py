@@ -33,7 +33,8 @@ from minductor.lowering import (
     layout_rules,
     register_lowering,
 )
-from minductor.ops import NullHandler, ops, set_handler
+from minductor.ops import ops, set_handler
+from minductor.reductions import LoadIndices
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -521,14 +522,6 @@ def convolution_backward(graph, grad, x, weight, *options):
     return tuple(results)
 
 
-class _Loads(NullHandler):
-    def __init__(self):
-        self.indices: list[sympy.Expr] = []
-
-    def load(self, name, index):
-        self.indices.append(index)
-
-
 def _ranked(index, variables, dims) -> list[int] | None:
     """The dims by decreasing stride in index, if each has its own stride."""
     affine = affine_coefficients(index, variables)
@@ -550,7 +543,7 @@ def channels_last_rule(graph, body) -> FixedLayout | None:
     if wanted == dims:  # channels-last and contiguous are the same memory
         return None
     variables = index_vars(4)
-    loads = _Loads()
+    loads = LoadIndices()
     with set_handler(loads):
         body.inner_fn(variables)
     if any(_ranked(i, variables, dims) == wanted for i in loads.indices):

@@ -157,7 +157,9 @@ register_lowering(aten.all.default, aten.all.dim, aten.all.dims)(_truth("min"))
 SPLITTABLE = ("sum", "prod", "max", "min")
 
 
-class _Loads(NullHandler):
+class LoadIndices(NullHandler):
+    """Records the index of every load a body makes (chapter 12 asks it too)."""
+
     def __init__(self):
         self.indices: list[sympy.Expr] = []
 
@@ -167,7 +169,7 @@ class _Loads(NullHandler):
 
 def walks_rows(reduction: Reduction) -> bool:
     """Does the body read memory contiguously along its innermost reduced dimension?"""
-    loads = _Loads()
+    loads = LoadIndices()
     index = index_vars(len(reduction.ranges))
     rindex = index_vars(len(reduction.reduction_ranges), "r")
     with set_handler(loads):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -309,23 +310,23 @@ class WrapperCodeGen:
                 for line in self.lines
             ]
 
+    @functools.cached_property
+    def layouts(self) -> dict[str, Any]:
+        """Every buffer's and tensor input's layout, by name."""
+        found = {b.name: b.layout for b in self.graph.buffers}
+        for name, value in self.graph.graph_inputs.items():
+            if isinstance(value, TensorBox):
+                found[name] = value.data.layout
+        return found
+
     def arg_dtypes(self, kernel: GeneratedKernel) -> tuple[torch.dtype | None, ...]:
         """The dtypes of the buffers a kernel reads and writes, in argument order."""
-        if not hasattr(self, "_dtypes"):
-            self._dtypes = {
-                b.name: getattr(b.layout, "dtype", None) for b in self.graph.buffers
-            }
-            for name, value in self.graph.graph_inputs.items():
-                if isinstance(value, TensorBox):
-                    self._dtypes[name] = value.get_dtype()
-        return tuple(self._dtypes.get(name) for name in kernel.call_args)
+        layouts = (self.layouts.get(name) for name in kernel.call_args)
+        return tuple(getattr(layout, "dtype", None) for layout in layouts)
 
     def autotune(self, kernel: GeneratedKernel) -> tuple[GeneratedKernel, str]:
         """The kernel with measured blocks, given the layouts of its buffers."""
-        layouts = {b.name: b.layout for b in self.graph.buffers}
-        for name, value in self.graph.graph_inputs.items():
-            if isinstance(value, TensorBox):
-                layouts[name] = value.data.layout
+        layouts = self.layouts
         if any(name not in layouts for name in kernel.call_args):
             return kernel, ""  # a buffer with no layout of its own: keep the rule's
         hint = self.graph.sizevars.size_hints
