@@ -122,22 +122,24 @@ def codegen_op(op: Any) -> str:
     return name if name.startswith("aten.") else f"torch.ops.{name}"
 
 
-def restride_line(buf: Buffer) -> str:
+def restride_line(buf: Buffer, aten_only: bool) -> str:
     """The line that gives an ATen result the layout the rest of `call` reads."""
     size, stride = _tuple(buf.layout.size), _tuple(buf.layout.stride)
-    return f"{buf.name} = restride({buf.name}, {size}, {stride})"
+    flag = ", aten_only=True" if aten_only else ""
+    return f"{buf.name} = restride({buf.name}, {size}, {stride}{flag})"
 
 
 @dataclass(frozen=True)
 class ExternCallLine:
     node: FallbackKernel
+    aten_only: bool = False  # no generated code reads the result
 
     def codegen(self) -> str:
         n = self.node
         call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
         if not isinstance(n.layout, FixedLayout):
             return call
-        return f"{call}\n{restride_line(n)}"
+        return f"{call}\n{restride_line(n, self.aten_only)}"
 
     def uses(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.node.input_buffers())
@@ -164,10 +166,12 @@ class ExternKernelOutLine:
 @dataclass(frozen=True)
 class MultiOutputLine:
     node: MultiOutput
+    aten_only: bool = False
 
     def codegen(self) -> str:
         n = self.node
-        return f"{n.name} = {n.parent.name}[{n.index}]\n{restride_line(n)}"
+        line = restride_line(n, self.aten_only)
+        return f"{n.name} = {n.parent.name}[{n.index}]\n{line}"
 
     def uses(self) -> tuple[str, ...]:
         return (self.node.parent.name,)
@@ -302,6 +306,7 @@ class WrapperCodeGen:
             self.lines.append(KernelCallLine(name, kernel, comment))
         self.plan_frees()
         self.plan_reuse()
+        self.mark_aten_only()
         if self.cuda_device() is None:  # tensors on several GPUs: name each one's
             self.lines = [
                 dataclasses.replace(line, on_current_device=False)
@@ -309,6 +314,20 @@ class WrapperCodeGen:
                 else line
                 for line in self.lines
             ]
+
+    def mark_aten_only(self) -> None:
+        """Flag the ATen results that only ATen kernels (or the caller) read."""
+        touched = set()  # read by a kernel, a view, a cat or a reuse of its memory
+        for line in self.lines:
+            if isinstance(line, (KernelCallLine, ReinterpretLine, ConcatLine, ReuseLine)):
+                touched |= set(line.uses())
+        self.lines = [
+            dataclasses.replace(line, aten_only=True)
+            if isinstance(line, (ExternCallLine, MultiOutputLine))
+            and line.node.name not in touched
+            else line
+            for line in self.lines
+        ]
 
     @functools.cached_property
     def layouts(self) -> dict[str, Any]:

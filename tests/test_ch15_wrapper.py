@@ -210,8 +210,37 @@ def test_multi_output_lines_index_their_parent():
     body = call_body(source)
     assert "buf0 = aten.sort.default(x_1, 1)" in body
     assert "buf1 = buf0[0]" in body and "buf2 = buf0[1]" in body
-    assert "buf2 = restride(buf2, (4, 5), (5, 1))" in body
+    # only the caller reads the indices: an empty tensor from ATen would pass
+    assert "buf2 = restride(buf2, (4, 5), (5, 1), aten_only=True)" in body
     assert body.index("del buf0") > body.index("buf2 = buf0[1]")
+
+
+def test_results_read_by_generated_code_are_not_aten_only(monkeypatch):
+    monkeypatch.delitem(lowerings, torch.ops.aten.t.default)
+    x = randn(5, 7)
+    _, source = check_against_eager(lambda x: (x.t() * 2, torch.cumsum(x, 0)), x)
+    lines = [line for line in call_body(source) if " = restride(" in line]
+    flagged = [line for line in lines if "aten_only=True" in line]
+    assert len(lines) == 2 and len(flagged) == 1  # the transpose feeds a kernel
+    assert "aten.cumsum" in source
+
+
+def test_skipped_auxiliary_result_of_an_aten_kernel_passes_through():
+    # On a CPU, embedding_bag of bfloat16 weights returns offset2bag empty, where its
+    # meta function promises one element per index; only its backward reads it.
+    weight = torch.randn(10, 3, dtype=torch.bfloat16, requires_grad=True)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 9, 0]), torch.tensor([0, 3, 3])
+
+    def bags(w, i, o):
+        return torch.nn.functional.embedding_bag(i, w, o, mode="sum") * 2
+
+    want = bags(weight, indices, offsets)
+    (grad_want,) = torch.autograd.grad(want.float().square().sum(), weight)
+    torch._dynamo.reset()
+    got = torch.compile(bags, backend="minductor")(weight, indices, offsets)
+    (grad_got,) = torch.autograd.grad(got.float().square().sum(), weight)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad_got, grad_want)
 
 
 def test_fallback_keyword_arguments_are_rendered():

@@ -294,6 +294,15 @@ def test_restride_copies_a_result_with_other_strides(caplog):
     assert "returned strides (1, 4), copied into (3, 1)" in caplog.text
 
 
+def test_restride_lets_an_empty_result_through_only_where_aten_alone_reads_it():
+    empty = torch.empty(0, dtype=torch.int64)
+    assert restride(empty, (5,), (1,), aten_only=True) is empty
+    with pytest.raises(AssertionError, match=r"size \(0,\) stride \(1,\)"):
+        restride(empty, (5,), (1,))  # a kernel would read five elements
+    with pytest.raises(AssertionError, match=r"expects size \(5,\)"):
+        restride(torch.empty(3), (5,), (1,), aten_only=True)  # not empty: a bug
+
+
 def test_restride_names_a_missing_result():
     with pytest.raises(AssertionError, match=r"no tensor where \(2, 3\) is read"):
         restride(None, (2, 3), (3, 1))
