@@ -202,6 +202,39 @@ def test_static_inputs_are_not_copied(graphed):
     assert len(copied) == 1  # x
 
 
+def test_a_replay_is_found_without_the_full_key(graphed, monkeypatch):
+    lin = torch.nn.Linear(16, 8).to(DEVICE)
+    compiled = torch.compile(lin, backend="minductor", mode="reduce-overhead")
+    keys = []
+    real_key = CUDAGraphed._key
+    monkeypatch.setattr(
+        CUDAGraphed, "_key", lambda self, *a: keys.append(1) or real_key(self, *a)
+    )
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(4, 16, device=DEVICE)
+            torch.testing.assert_close(compiled(x), lin(x))
+        assert len(keys) == 2  # the warm-up's and the recording's; replays: none
+        # a parameter at a new address is a new key: warm-up, then a new recording
+        lin.weight.data = lin.weight.data.clone()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), lin(x))
+    (wrapped,) = graphed
+    assert len(wrapped.recordings) == 2 and len(keys) == 4
+
+
+def test_a_copied_input_of_another_layout_is_not_replayed(graphed):
+    compiled = torch.compile(_f, backend="minductor", mode="reduce-overhead")
+    for _ in range(3):
+        compiled(torch.randn(6, 5, device=DEVICE))
+    (wrapped,) = graphed
+    (recording,) = wrapped.recordings.values()
+    x = torch.randn(6, 5, device=DEVICE)
+    assert wrapped._matches(recording, [x])
+    assert not wrapped._matches(recording, [torch.randn(5, 6, device=DEVICE).t()])
+    assert not wrapped._matches(recording, [x.double()])
+
+
 def test_an_output_of_an_earlier_step_is_invalidated(graphed):
     compiled = torch.compile(_f, backend="minductor", mode="reduce-overhead")
     a, b = (torch.randn(9, 10, device=DEVICE) for _ in range(2))
