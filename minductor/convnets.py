@@ -467,10 +467,9 @@ def channels_last_strides(size) -> tuple[sympy.Expr, ...]:
 def _channels_last(graph, x):
     if x is None:
         return None
-    buf = x.realize(graph)
-    if len(buf.get_size()) != 4:
-        return buf
-    return graph.require_strides(buf, channels_last_strides(buf.get_size()))
+    if len(x.get_size()) != 4:
+        return x.realize(graph)
+    return graph.realize_as(x, channels_last_strides(x.get_size()))
 
 
 def _layout(meta: torch.Tensor) -> FixedLayout:

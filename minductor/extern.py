@@ -13,7 +13,6 @@ from minductor.ir import (
     ComputedBuffer,
     ExternKernelOut,
     FixedLayout,
-    GenericView,
     Pointwise,
     ReinterpretView,
     TensorBox,
@@ -37,12 +36,9 @@ EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
 
 
 def realize_input(graph: GraphLowering, x: TensorBox) -> Buffer:
-    """x in memory; a view of a computed value as a strided window on it, if it can."""
-    viewed = x
-    while isinstance(viewed.data, GenericView):
-        viewed = viewed.data.box
-    viewed.realize(graph)
-    return x.realize(graph)
+    """x in memory; a view of a computed value as a strided window on it, if it can
+    (chapter 6's `realize_viewed`, which fallbacks use too)."""
+    return graph.realize_viewed(x)
 
 
 PAD_DIMS_FROM = 1024  # elements; shorter dimensions cost little either way

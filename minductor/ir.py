@@ -456,15 +456,7 @@ class TensorBox:
             buf: Buffer = ReinterpretBuffer(name, strided.layout, strided.data)
         else:
             if isinstance(self.data, GenericView):  # computed in the view's order
-                view = self.data
-                origins = getattr(view.box.data, "origins", frozenset())
-                self.data = Pointwise(
-                    view.get_device(),
-                    view.get_dtype(),
-                    view.make_loader(),
-                    view.size,
-                    origins,
-                )
+                self.data = computed_view(self.data)
             assert isinstance(self.data, (Pointwise, Reduction)), self.data
             layout_for = getattr(graph, "layout_for", None)  # chapter 6's graph has it
             layout = (
@@ -481,6 +473,17 @@ class TensorBox:
 
     def __repr__(self) -> str:
         return f"TensorBox({self.data!r})"
+
+
+def computed_view(view: GenericView) -> Pointwise:
+    """A view that is no window on memory, as a body that computes it in the view's
+    order; it is named (its origins) after the value it views."""
+    inner = view.box.data
+    while isinstance(inner, GenericView):
+        inner = inner.box.data
+    origins = getattr(inner, "origins", frozenset())
+    loader = view.make_loader()
+    return Pointwise(view.get_device(), view.get_dtype(), loader, view.size, origins)
 
 
 @dataclass(frozen=True, eq=False)

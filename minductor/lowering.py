@@ -30,6 +30,8 @@ from minductor.ir import (
     TensorBox,
     as_expr,
     as_exprs,
+    computed_view,
+    strided_view,
 )
 from minductor.ops import ops
 from minductor.sizevars import SizeVarAllocator
@@ -686,17 +688,33 @@ class GraphLowering(torch.fx.Interpreter):
         static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
         if not static or not _no_overlap(meta.shape, meta.stride()):
             return box.realize(self)
-        stride = as_exprs(meta.stride())
-        if isinstance(box.data, Pointwise):  # computed here: straight into them
-            body = box.data
-            exact = FixedLayout(body.device, body.dtype, tuple(body.ranges), stride)
-            box.data = ComputedBuffer(self.new_buffer_name(), exact, body)
+        return self.realize_as(box, as_exprs(meta.stride()))
+
+    def realize_as(self, box: TensorBox, stride: tuple[sympy.Expr, ...]) -> Buffer:
+        """box in memory with these strides: a value not yet in memory is computed
+        straight into them (one kernel); one in memory is copied if its strides
+        differ."""
+        data = box.data
+        if isinstance(data, GenericView) and strided_view(data) is None:
+            data = computed_view(data)
+        if isinstance(data, Pointwise):
+            exact = FixedLayout(data.device, data.dtype, tuple(data.ranges), stride)
+            box.data = ComputedBuffer(self.new_buffer_name(), exact, data)
             self.register_buffer(box.data)
             return box.data
         buf = box.realize(self)
         if not isinstance(buf.layout, FixedLayout):
             return buf
         return self.require_strides(buf, stride)
+
+    def realize_viewed(self, box: TensorBox) -> Buffer:
+        """box in memory; a view of a computed value as a window on that value, stored
+        in its own memory, where the view has strides (as in eager)."""
+        viewed = box
+        while isinstance(viewed.data, GenericView):
+            viewed = viewed.data.box
+        viewed.realize(self)
+        return box.realize(self)
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)
@@ -714,7 +732,7 @@ class GraphLowering(torch.fx.Interpreter):
 
         def realize(a: Any) -> Any:
             if isinstance(a, TensorBox):
-                return a.realize(self)
+                return self.realize_viewed(a)
             if isinstance(a, (list, tuple)):
                 return type(a)(realize(x) for x in a)
             return a
@@ -794,7 +812,11 @@ class GraphLowering(torch.fx.Interpreter):
         if all(n == 1 or s == want for n, s, want in pairs):
             return buf
         size = layout.size
-        body = Pointwise(layout.device, layout.dtype, buf.make_loader(), size)
+        # the copy is named after the value it copies, as a kernel name says
+        origins = getattr(getattr(buf, "data", None), "origins", None) or {"clone"}
+        body = Pointwise(
+            layout.device, layout.dtype, buf.make_loader(), size, frozenset(origins)
+        )
         exact = FixedLayout(layout.device, layout.dtype, size, stride)
         copy = ComputedBuffer(self.new_buffer_name(), exact, body)
         self.register_buffer(copy)
