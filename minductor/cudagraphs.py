@@ -300,8 +300,9 @@ def _pointers_equal_py(tensors: list[Any], ptrs: list, at: list[int]) -> bool:
 
 
 # are the tensors at positions `at` still at their addresses `ptrs[i]`? (C++, in a
-# torch built with CUDA; the same loop in Python elsewhere)
-_pointers_equal = getattr(
+# torch built with CUDA, for argument lists of tensors and integers only; the same
+# loop in Python elsewhere)
+_pointers_equal_cpp = getattr(
     torch._C, "_tensors_data_ptrs_at_indices_equal", _pointers_equal_py
 )
 
@@ -317,6 +318,7 @@ class Recording:
     static_at: list[int]  # the static inputs' positions
     pointers: list[int | None]  # their addresses at recording, by position
     copied_at: list[int]  # the copied inputs' positions
+    pointers_equal: Callable[..., bool]  # C++ where the arguments allow it
 
 
 class CUDAGraphed:
@@ -376,7 +378,7 @@ class CUDAGraphed:
 
     @staticmethod
     def _matches(recording: Recording, args: list[Any]) -> bool:
-        if not _pointers_equal(args, recording.pointers, recording.static_at):
+        if not recording.pointers_equal(args, recording.pointers, recording.static_at):
             return False
         for i in recording.copied_at:
             x, p = args[i], recording.placeholders[i]
@@ -472,6 +474,9 @@ class CUDAGraphed:
             static_at=[i for i, s in enumerate(is_static) if s],
             pointers=pointers,
             copied_at=[i for i, p in enumerate(placeholders) if p is not None],
+            pointers_equal=_pointers_equal_cpp
+            if all(isinstance(x, (torch.Tensor, int)) for x in inputs)
+            else _pointers_equal_py,
         )  # fmt: skip
         return recording, self._outputs(recording, inputs)
 
