@@ -88,6 +88,10 @@ class TritonOverrides:
     logical_not = staticmethod(lambda x: f"{x} == 0")
     isnan = staticmethod(lambda x: f"{x} != {x}")
     sign = staticmethod(lambda x: f"helpers.sign({x})")
+    log10 = staticmethod(lambda x: f"libdevice.log10({x})")
+    trunc = staticmethod(lambda x: f"helpers.trunc({x})")
+    round = staticmethod(lambda x: f"helpers.round_half_even({x})")
+    signbit = staticmethod(lambda x: f"helpers.signbit({x})")
     rand = staticmethod(lambda seed, offset: f"tl.rand({seed}, {offset})")
     randn = staticmethod(lambda seed, offset: f"tl.randn({seed}, {offset})")
 
@@ -125,6 +129,7 @@ class InterpreterOverrides(TritonOverrides):
     log1p = staticmethod(lambda x: f"helpers.log1p({x})")
     tanh = staticmethod(lambda x: f"helpers.tanh({x})")
     sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
+    log10 = staticmethod(lambda x: f"tl.log2({x}) * 0.30102999566398120")  # log10(2)
 
     @staticmethod
     def to_dtype(x, dtype):

@@ -379,6 +379,24 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
     return y.to(x.dtype), *saved
 
 
+@register_decomposition(aten.fmax.default)
+def fmax(a, b):
+    return torch.where(b.isnan(), a, torch.where(a.isnan(), b, torch.maximum(a, b)))
+
+
+@register_decomposition(aten.fmin.default)
+def fmin(a, b):
+    return torch.where(b.isnan(), a, torch.where(a.isnan(), b, torch.minimum(a, b)))
+
+
+@register_decomposition(aten.round.decimals)
+def round_decimals(x, *, decimals=0):
+    y, scale = _upcast(x), 10.0 ** abs(decimals)
+    if decimals >= 0:
+        return (torch.round(y * scale) / scale).to(x.dtype)
+    return (torch.round(y / scale) * scale).to(x.dtype)
+
+
 _BORROWED = [
     aten.elu,
     aten.mish,
@@ -456,6 +474,33 @@ _BORROWED = [
     aten._safe_softmax,
     # x[..., 0] = 3 and x.fill_(3): a full_like, or a copy of a 0-dim tensor
     aten.fill,
+    # arithmetic on one or two values: angles, log-sum-exp of two, both extremes of
+    # a reduction at once
+    aten.deg2rad,
+    aten.rad2deg,
+    aten.logaddexp,
+    aten.logaddexp2,
+    aten.aminmax,
+    # products with a vector, as a multiply and a sum, which fuse
+    aten.mv,
+    aten.dot,
+    aten.vdot,
+    aten.addmv,
+    aten.addr,
+    # copies of views, unpooling (a scatter), per-pixel losses, batch norm's other
+    # entry points, and factories with tensor arguments
+    aten.expand_copy,
+    aten.diagonal_copy,
+    aten.max_unpool2d,
+    aten.max_unpool3d,
+    aten.nll_loss2d_forward,
+    aten.nll_loss2d_backward,
+    aten._batch_norm_with_update_functional,
+    aten.batch_norm_backward,
+    aten.new_zeros,
+    aten.linspace.Tensor_Tensor,
+    aten.linspace.Tensor_Scalar,
+    aten.linspace.Scalar_Tensor,
 ]
 
 

@@ -217,6 +217,8 @@ _TABLE = [
     (aten.gt, "gt", Kind.ALWAYS_BOOL),
     (aten.ge, "ge", Kind.ALWAYS_BOOL),
     (aten.isnan, "isnan", Kind.ALWAYS_BOOL),
+    (aten.log10, "log10", Kind.INT_TO_FLOAT),
+    (aten.fmod, "fmod", Kind.DEFAULT),  # C's: the sign of the dividend
 ]
 for _op, _name, _kind in _TABLE:
     register_lowering(_op)(make_pointwise(_name, _kind))
@@ -320,6 +322,24 @@ def _rounding(name: str) -> Callable[[TensorBox], TensorBox]:
 
 register_lowering(aten.floor)(_rounding("floor"))
 register_lowering(aten.ceil)(_rounding("ceil"))
+register_lowering(aten.trunc)(_rounding("trunc"))
+register_lowering(aten.round.default)(_rounding("round"))
+
+
+@register_lowering(aten.signbit)
+def signbit(x):
+    if not _is_float(x.get_dtype()):
+        return pointwise(ops.lt, [x, 0], Kind.ALWAYS_BOOL)
+    return pointwise(ops.signbit, [x], Kind.ALWAYS_BOOL)
+
+
+@register_lowering(aten.copysign)
+def copysign(a, b):
+    def body(x, y):
+        magnitude = ops.abs(x)
+        return ops.where(ops.signbit(y), ops.neg(magnitude), magnitude)
+
+    return pointwise(body, [a, b], Kind.INT_TO_FLOAT)
 
 
 def _truthy(box: Any) -> Any:

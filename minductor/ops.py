@@ -64,6 +64,10 @@ MATH_OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     "logical_not": (1, torch.logical_not),
     "isnan": (1, torch.isnan),
     "sign": (1, torch.sign),
+    "log10": (1, torch.log10),
+    "trunc": (1, torch.trunc),
+    "round": (1, torch.round),  # halves to even
+    "signbit": (1, torch.signbit),  # of -0.0 and of a NaN with its sign bit, too
 }
 
 

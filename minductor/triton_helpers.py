@@ -54,6 +54,28 @@ def sign(x):
 
 
 @triton.jit
+def trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def round_half_even(x):
+    f = tl.floor(x)
+    d = x - f  # the fraction, in [0, 1]
+    even = (f - 2.0 * tl.floor(f * 0.5)) == 0
+    r = tl.where((d > 0.5) | ((d == 0.5) & ~even), f + 1.0, f)
+    return tl.where(r == 0, x * 0.0, r)  # -0.3 rounds to -0.0, as in eager
+
+
+@triton.jit
+def signbit(x):
+    # the sign bit itself: set for -0.0 and for a NaN that carries it
+    if x.dtype == tl.float64:
+        return x.to(tl.int64, bitcast=True) < 0
+    return x.to(tl.float32).to(tl.int32, bitcast=True) < 0
+
+
+@triton.jit
 def expm1(x):
     u = tl.exp(x)
     # for small |x|, (u - 1) * x / log(u) cancels the rounding error of u

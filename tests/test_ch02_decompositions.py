@@ -72,6 +72,8 @@ def _stats_of(channels):
     return rand(channels), rand(channels, seed=1), rand(channels, seed=2), var
 
 
+HOLES = torch.tensor([nan, 1.0, nan, -2.0, -0.0, 0.0, inf, nan])  # NaNs to skip over
+
 CASES = {
     aten.addcmul.default: [
         ((rand(4, 5), rand(4, 5, seed=1), rand(5, seed=2)), {}),
@@ -218,6 +220,23 @@ CASES = {
         ((rand(2, 0), [1]), {}),  # empty: nan, as in eager
     ],
     aten.detach.default: [((rand(3, 4),), {}), ((rand(4, 3).t()[1:],), {})],
+    aten.fmax.default: [
+        ((HOLES, HOLES.flip(0)), {}),
+        ((rand(3, 4), rand(4)), {}),  # broadcast
+        ((rand(5).int(), rand(5)), {}),  # promoted to float
+        ((torch.tensor([1, 5, -3]), torch.tensor([2, 2, 2])), {}),
+    ],
+    aten.fmin.default: [
+        ((HOLES, HOLES.flip(0)), {}),
+        ((rand(3, 4).half(), rand(3, 1).half()), {}),
+    ],
+    # halves to even, scaled; in float32 for float16, rounded once
+    aten.round.decimals: [
+        ((torch.tensor([0.125, 0.135, -2.5, 1234.5678, -0.0004, nan, inf]),), {"decimals": 2}),
+        ((torch.tensor([1250.0, 1350.0, -149.9, 3e30]),), {"decimals": -2}),
+        ((rand(6, 5).half() * 100,), {"decimals": 1}),
+        ((rand(4) * 10,), {"decimals": 0}),
+    ],
     aten._native_batch_norm_legit_no_training.default: [
         ((rand(2, 3, 4, 5), *_stats_of(3), 0.1, 1e-5), {}),
         ((rand(2, 3), None, None, *_stats_of(3)[2:], 0.1, 1e-3), {}),
@@ -371,8 +390,11 @@ def test_table_has_ours_and_the_borrowed_ones():
     table = decomposition_table()
     for op, fn in decompositions.items():
         assert table[op] is fn
-    for packet in _BORROWED:  # some have no .default (masked_fill.Scalar, .Tensor)
-        assert any(op.overloadpacket is packet for op in table), packet
+    for borrowed in _BORROWED:  # some have no .default (masked_fill.Scalar, .Tensor)
+        if isinstance(borrowed, torch._ops.OpOverload):  # one overload of a packet
+            assert borrowed in table, borrowed
+        else:
+            assert any(op.overloadpacket is borrowed for op in table), borrowed
     assert aten.sin.default not in table  # nothing beyond what we asked for
 
 

@@ -646,3 +646,36 @@ def test_a_body_on_another_device_than_the_graph_is_left_to_aten(caplog):
         graph = GraphLowering(make_fx(f)(x), [x]).lower()
     assert graph.fallbacks == ["aten.ones.default"]
     assert "computes on cpu; the graph's kernels on meta" in caplog.text
+
+
+ROUNDING_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", ROUNDING_DTYPES + [torch.int32, torch.int64])
+def test_rounding_signs_and_fmod_lower_to_kernels(dtype):
+    torch.manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.randn(5, 7) * 4
+        x[0, :4] = torch.tensor([0.5, 2.5, -0.5, -0.0])
+        x[1, :2] = torch.tensor([nan, -nan])
+        x, y = x.to(dtype), (torch.randn(7) * 3).to(dtype)
+    else:
+        x = torch.randint(-20, 20, (5, 7), dtype=dtype)
+        y = torch.tensor([1, -2, 3, -4, 5, -6, 7], dtype=dtype)
+
+    def fn(x, y):
+        return (
+            torch.round(x), torch.trunc(x), torch.signbit(x), torch.copysign(x, y),
+            torch.fmod(x, y), torch.log10(x.abs() + 1),
+        )  # fmt: skip
+
+    graph = lower(fn, x, y)
+    assert graph.fallbacks == []
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="minductor")(x, y)
+    for g, want in zip(got, fn(x, y), strict=True):
+        assert g.dtype == want.dtype
+        torch.testing.assert_close(g, want, equal_nan=True)
+        if want.dtype.is_floating_point:  # the signs of zeros too
+            number = ~want.isnan()
+            assert torch.equal(torch.signbit(g[number]), torch.signbit(want[number]))

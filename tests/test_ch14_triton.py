@@ -101,7 +101,7 @@ def test_interpreter_overrides_avoid_gpu_only_functions():
         for n in MATH_OPS
         if getattr(InterpreterOverrides, n) is not getattr(TritonOverrides, n)
     }
-    assert differing == {"pow", "expm1", "log1p", "tanh", "sigmoid"}
+    assert differing == {"pow", "expm1", "log1p", "tanh", "sigmoid", "log10"}
 
 
 def test_constants_and_conversions():
@@ -717,3 +717,24 @@ def test_interpreter_rounds_bfloat16_where_the_gpu_converts():
     cpu_source = generate_kernel(node, set(), interpret=True).source
     assert "helpers.to_bfloat16(" not in gpu and ".to(tl.bfloat16)" in gpu
     assert "helpers.to_bfloat16(tmp0)" in cpu_source
+
+
+def test_rounding_helpers_on_hard_values():
+    # halves go to the even neighbour; a fraction just under one half, which x + 0.5
+    # would round up, does not; signs of zeros and NaNs survive
+    values = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 0.50000006]
+    values += [-0.3, -0.0, 0.0, 8388609.0, -8388609.0, 1e30, -1e-30, inf, -inf, nan]
+    for dtype in (torch.float32, torch.float64):
+        x = torch.tensor(values, dtype=dtype)
+        x = torch.cat([x, -torch.tensor([nan], dtype=dtype)])  # a NaN with its sign bit
+        for name in ("round", "trunc", "signbit"):
+            expected = getattr(torch, name)(x)
+            buf = _one_op_buffer(name, [x], expected.dtype)
+            kernel = generate_kernel(
+                SchedulerNode.create(buf), set(), interpret=INTERPRET
+            )
+            out = torch.empty_like(expected)
+            run_kernel(kernel, {"a": x, "buf0": out})
+            assert torch.equal(out.isnan(), expected.isnan()), name
+            assert torch.equal(torch.signbit(out), torch.signbit(expected)), name
+            assert torch.equal(out.nan_to_num(), expected.nan_to_num()), (name, dtype)
