@@ -205,12 +205,19 @@ def test_backward_through_cumsum(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_dynamic_batch_static_row(device):
-    # a symbolic number of rows is fine; a symbolic row length falls back
+def test_dynamic_rows_scan_and_a_dynamic_row_length_falls_back(device):
     torch._dynamo.reset()
-    fn = torch.compile(lambda a: a.cumsum(-1), backend="minductor", dynamic=True)
+    fn = torch.compile(lambda a: a.cumsum(-1) * 2, backend="minductor")
     with record_compiled() as graphs:
         for rows in (3, 5):
             x = torch.randn(rows, 7, device=device)
-            torch.testing.assert_close(fn(x), x.cumsum(-1))
-    assert all(g.fallbacks in ([], ["aten.cumsum.default"]) for g in graphs)
+            torch._dynamo.mark_dynamic(x, 0)  # a symbolic number of rows
+            torch.testing.assert_close(fn(x), x.cumsum(-1) * 2)
+    assert [g.fallbacks for g in graphs] == [[]]
+    assert "tl.cumsum(" in graphs[0].source
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        x = torch.randn(3, 9, device=device)
+        torch._dynamo.mark_dynamic(x, 1)  # a symbolic row length
+        torch.testing.assert_close(fn(x), x.cumsum(-1) * 2)
+    assert [g.fallbacks for g in graphs] == [["aten.cumsum.default"]]
