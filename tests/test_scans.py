@@ -221,3 +221,17 @@ def test_dynamic_rows_scan_and_a_dynamic_row_length_falls_back(device):
         torch._dynamo.mark_dynamic(x, 1)  # a symbolic row length
         torch.testing.assert_close(fn(x), x.cumsum(-1) * 2)
     assert [g.fallbacks for g in graphs] == [["aten.cumsum.default"]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_square_scans_along_different_dims_stay_apart(device):
+    # a (N, N) scan down the columns and one along the rows have the same loop sizes;
+    # the second reads the first across rows, so they must not share a kernel
+    x = torch.randn(16, 16, device=device)
+
+    def f(a):
+        down = a.cumsum(0)
+        return down.cumsum(1), down.t() * 2
+
+    kernels, fallbacks = run(f, x)
+    assert fallbacks == [] and len(kernels) >= 2
