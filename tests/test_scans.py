@@ -235,3 +235,12 @@ def test_square_scans_along_different_dims_stay_apart(device):
 
     kernels, fallbacks = run(f, x)
     assert fallbacks == [] and len(kernels) >= 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_middle_dim_scan_with_a_consumer_of_coinciding_sizes(device):
+    # (2, 3, 3) scanned along dim 1: a consumer over the whole tensor can be cut into
+    # (2*3) x 3 like the scan's loops, but its rows are not the scan's rows
+    x = torch.randn(2, 3, 3, device=device)
+    kernels, fallbacks = run(lambda a: (a.cumsum(1) + a, a.cumprod(1) * a), x)
+    assert fallbacks == []
