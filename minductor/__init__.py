@@ -17,7 +17,7 @@ from minductor import (  # noqa: E402, F401
     lowering,  # ch. 6: the registry, GraphLowering, pointwise ops, constants
     factories,  # ch. 7: full/zeros/*_like, copies, conversions, arange, rand
     views,  # ch. 8: views, reshape, flip/roll/repeat, pad, slice scatters, cat
-    reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss
+    reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss, scans
     indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 12: batch norm in training, its backward, pooling

@@ -13,6 +13,7 @@ from minductor.ops import set_handler
 from minductor.scheduler import (
     BaseSchedulerNode,
     SchedulerNode,
+    has_scan,
     is_inner_reduction,
     is_persistent,
 )
@@ -234,6 +235,14 @@ def welford_reduction(k, src_dtype, value: str):
     spread = f"{m2} + {weight} * {distance} * {distance}"
     row_m2 = k.newvar(f"tl.sum({spread}, 1)[:, None]", True)
     return row_mean, row_m2, total
+
+
+# scan type -> (identity of the masked-off lanes, scan of a tile along its rows)
+SCANS = {
+    "cumsum": ("0", "tl.cumsum({}, 1)"),
+    "cumprod": ("1", "tl.cumprod({}, 1)"),
+    "logcumsumexp": ('float("-inf")', "tl.associative_scan({}, 1, helpers.logaddexp)"),
+}
 
 
 MIN_PROGRAMS = 128  # about one per SM of an H100 (132): fewer leaves SMs idle
@@ -542,6 +551,14 @@ class KernelOpsHandler:
         k.lines.append(f"{acc} = tl.where(xmask & rmask, {combined}, {acc})")
         return k.newvar(final.format(acc), after_loop=True)
 
+    def scan(self, src_dtype, scan_type, value):
+        k = self.kernel
+        assert k.kind == "per", "a scan's kernel holds whole rows (chapter 13)"
+        identity, template = SCANS[scan_type]
+        spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
+        masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
+        return self._tracked(template.format(masked), along_r=True)
+
     def store_reduction(self, name, index, value):
         index_s = self._index(index)
         self.kernel.store_cache[(name, index_s)] = value
@@ -619,9 +636,8 @@ def generate_kernel(
     if kernel.kind == "poi":
         meta = pointwise_config(numel, interpret)
     else:
-        meta = reduction_config(
-            numel, rnumel, kernel.kind, interpret, is_inner_reduction(node)
-        )
+        inner = is_inner_reduction(node) or has_scan(node)  # a scan's row is whole
+        meta = reduction_config(numel, rnumel, kernel.kind, interpret, inner)
     per_call = None
     if kernel.kind == "per" and not kernel.rnumel.is_Integer:
         per_call = "inner" if is_inner_reduction(node) else "outer"

@@ -181,6 +181,41 @@ class Reduction(Loops):
         several = self.reduction_type == "welford_reduce"
         return f"[{self.output_index}]" if several else ""
 
+    def store_reduction(self, name: str, indexer, index: Index, rindex: Index) -> None:
+        """Combine the body over the reduction loop and store one value per output."""
+        body = self.inner_fn(index, rindex)
+        value = ops.reduction(self.dtype, self.src_dtype, self.reduction_type, body)
+        if isinstance(value, tuple):  # a several-result reduction: keep ours
+            value = value[self.output_index]
+        if self.dtype != self.result_dtype():
+            value = ops.to_dtype(value, self.dtype)
+        ops.store_reduction(name, indexer(index), value)
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Reduction):
+    dim: int = 0  # where the scanned dimension sits in the output
+
+    def get_size(self):
+        return self.full_index(self.ranges, self.reduction_ranges)
+
+    def full_index(self, index: Index, rindex: Index) -> tuple[sympy.Expr, ...]:
+        return (*index[: self.dim], *rindex, *index[self.dim :])
+
+    def store_reduction(self, name: str, indexer, index: Index, rindex: Index) -> None:
+        body = self.inner_fn(index, rindex)
+        value = ops.scan(self.src_dtype, self.reduction_type, body)
+        if self.dtype != self.src_dtype:
+            value = ops.to_dtype(value, self.dtype)
+        ops.store(name, indexer(self.full_index(index, rindex)), value)
+
+    def __repr__(self) -> str:
+        return (
+            f"Scan({self.device.type}, {_short(self.dtype)}, {self.reduction_type}, "
+            f"size={_ints(self.get_size())}, dim={self.dim}, "
+            f"origins={sorted(self.origins)})"
+        )
+
 
 class LaidOut(IRNode):
     """A node whose values sit in memory as its `layout` says."""
@@ -236,18 +271,10 @@ class ComputedBuffer(Buffer):
         if not self.is_reduction():
             ops.store(self.name, indexer(index), self.data.inner_fn(index))
             return
-        r = self.data
-        value = ops.reduction(
-            r.dtype, r.src_dtype, r.reduction_type, r.inner_fn(index, rindex)
-        )
-        if isinstance(value, tuple):  # a several-result reduction: keep ours
-            value = value[r.output_index]
-        if r.dtype != r.result_dtype():
-            value = ops.to_dtype(value, r.dtype)
-        ops.store_reduction(self.name, indexer(index), value)
+        self.data.store_reduction(self.name, indexer, index, rindex)
 
     def dump(self) -> str:
-        n = len(self.layout.size)
+        n = len(self.data.ranges)
         rn = len(self.data.reduction_ranges) if self.is_reduction() else 0
         variables = index_vars(n) + index_vars(rn, "r")
         body = body_to_str(lambda v: self.store_output(v[:n], v[n:]), variables)
@@ -463,7 +490,7 @@ class TensorBox:
                 layout_for(self.data)
                 if layout_for is not None
                 else FixedLayout.contiguous(
-                    self.data.device, self.data.dtype, self.data.ranges
+                    self.data.device, self.data.dtype, self.data.get_size()
                 )
             )
             buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)

@@ -592,7 +592,7 @@ class GraphLowering(torch.fx.Interpreter):
             layout = rule(self, body)
             if layout is not None:
                 return layout
-        return FixedLayout.contiguous(body.device, body.dtype, body.ranges)
+        return FixedLayout.contiguous(body.device, body.dtype, body.get_size())
 
     def new_buffer_name(self) -> str:
         name = f"buf{self._names}"

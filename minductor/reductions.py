@@ -9,7 +9,8 @@ import sympy
 import torch
 
 from minductor.factories import _convert
-from minductor.ir import Index, Pointwise, Reduction, TensorBox
+from minductor.config import config
+from minductor.ir import Index, Pointwise, Reduction, Scan, TensorBox
 from minductor.lowering import (
     SUPPORTED_DTYPES,
     GraphLowering,
@@ -420,3 +421,50 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
         dtypes = (acc, x.get_dtype())
         loss = pointwise(ops.truediv, [total, total_weight], dtypes=dtypes)
     return loss, _convert(total_weight, x.get_dtype())
+
+
+def make_scan(
+    x: TensorBox, dim: int, scan_type: str, dtype: torch.dtype, acc: torch.dtype
+) -> TensorBox:
+    if x.get_dtype() not in SUPPORTED_DTYPES or dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"{scan_type} of {x.get_dtype()} to {dtype}")
+    size = x.get_size()
+    dim = dim % max(len(size), 1)
+    n = size[dim] if size else sympy.Integer(1)
+    if not n.is_Integer:
+        raise Unsupported(f"{scan_type} over a dimension of symbolic size {n}")
+    if n <= 1:  # nothing to combine: each element is its own partial result
+        return _convert(x, dtype)
+    if n > config.persistent_reduction_limit:
+        raise Unsupported(f"{scan_type} over {n} elements: more than one block holds")
+    loader = x.make_loader()
+
+    def inner_fn(index, rindex):
+        value = loader([*index[:dim], *rindex, *index[dim:]])
+        if x.get_dtype() != dtype:  # dtype=: eager converts first, then scans
+            value = ops.to_dtype(value, dtype)
+        return ops.to_dtype(value, acc) if acc != dtype else value
+
+    ranges = (*size[:dim], *size[dim + 1 :])
+    body = (inner_fn, ranges, (n,), scan_type, acc, _origins([x]))
+    return TensorBox(Scan(x.get_device(), dtype, *body, dim=dim))
+
+
+@register_lowering(aten.cumsum.default)
+def cumsum(x, dim, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_scan(x, dim, "cumsum", out, _accumulator(out))
+
+
+@register_lowering(aten.cumprod.default)
+def cumprod(x, dim, *, dtype=None):
+    out = _sum_dtype(x, dtype)
+    return make_scan(x, dim, "cumprod", out, _accumulator(out))
+
+
+@register_lowering(aten.logcumsumexp.default)
+def logcumsumexp(x, dim):
+    if not _is_float(x.get_dtype()):
+        raise Unsupported(f"logcumsumexp of {x.get_dtype()}")
+    out = x.get_dtype()
+    return make_scan(x, dim, "logcumsumexp", out, _accumulator(out))

@@ -19,6 +19,7 @@ from minductor.ir import (
     InputBuffer,
     MultiOutput,
     MutationBuffer,
+    Scan,
 )
 from minductor.lowering import GraphLowering
 from minductor.ops import NullHandler, set_handler
@@ -223,8 +224,14 @@ def is_inner_reduction(node: BaseSchedulerNode) -> bool:
     return True
 
 
+def has_scan(node: BaseSchedulerNode) -> bool:
+    return any(isinstance(m.node.data, Scan) for m in node.snodes)
+
+
 def is_persistent(node: BaseSchedulerNode, sizevars=None) -> bool:
     """Does node's kernel hold whole rows in registers, with no loop over them?"""
+    if has_scan(node):
+        return True
     rnumel = node.group[2]
     if is_inner_reduction(node):
         limit = config.persistent_reduction_limit

@@ -152,3 +152,11 @@ def first_position(x, position, best):
     # the smallest position along axis 1 where x holds best ([XBLOCK, 1])
     hit = (x == best) | ((x != x) & (best != best))
     return tl.min(tl.where(hit, position, 9223372036854775807), 1)[:, None]
+
+
+@triton.jit
+def logaddexp(a, b):
+    top = maximum(a, b)
+    bottom = minimum(a, b)
+    same_infinity = (top == bottom) & (tl.abs(top) == float("inf"))
+    return tl.where(same_infinity, top, top + log1p(tl.exp(bottom - top)))

@@ -114,6 +114,7 @@ def test_record_compiled_unregisters_after_an_exception():
     assert _observers == before
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_graph_with_a_fallback_lists_it():
     x = randn(4, 5)
     with record_compiled() as graphs:

@@ -430,6 +430,7 @@ def test_bool_add_with_alpha():
 # --- fallbacks ------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_op_without_lowering_falls_back_and_is_logged(caplog):
     x = torch.randn(3, 4)
     with caplog.at_level(logging.DEBUG, logger="minductor"):

@@ -104,6 +104,7 @@ def test_loops_follow_a_channels_last_store():
     assert node.reads == {MemoryDep("x_1", x0 + 3 * x1), MemoryDep("scale_1", x0)}
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fallback_depends_on_whole_buffers():
     x = torch.randn(5, 6)
     s = schedule(lambda x: (torch.cumsum(x.sin(), 0).cos(),), x)
@@ -174,6 +175,7 @@ def test_shared_intermediate_is_fused_and_removed(restore_config):
     assert node.reads == {MemoryDep("x_1", x0), MemoryDep("y_1", x0)}
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fused_nodes_stay_in_topological_order():
     x = torch.randn(6, 7)
 
@@ -195,6 +197,7 @@ def test_fused_nodes_stay_in_topological_order():
 # --- can_fuse refusals, each with its reason ------------------------------------------
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_cycle_through_a_fallback_is_refused():
     def f(x):
         a = x.sin()
@@ -316,6 +319,7 @@ def test_registered_fusion_rule_can_refuse_with_its_reason():
     assert len(schedule(_three_outputs, torch.randn(5, 6)).nodes) == 1  # rule gone
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fusion_rule_sees_only_legal_pairs():
     seen = []
 

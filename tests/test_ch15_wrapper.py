@@ -123,6 +123,7 @@ def _two_outputs_and_a_fallback(x, y):
     return torch.cumsum(a, dim=1) * 2, a.exp()
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_module_layout():
     x, y = randn(5, 7), randn(5, 7)
     wrapper, source = check_against_eager(_two_outputs_and_a_fallback, x, y)
@@ -145,6 +146,7 @@ def test_module_layout():
     )
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_call_unpacks_and_clears_its_arguments():
     x, y = randn(5, 7), randn(5, 7)
     _, source = generate(_two_outputs_and_a_fallback, x, y)
@@ -161,6 +163,7 @@ def test_single_input_unpacks_with_a_trailing_comma():
     assert call_body(source)[-1] == "return (buf0,)"
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_memory_lines_free_after_last_use_and_never_outputs():
     x, y = randn(5, 7), randn(5, 7)
     wrapper, source = check_against_eager(_two_outputs_and_a_fallback, x, y)
@@ -192,6 +195,7 @@ def test_every_intermediate_is_freed():
     assert defined - outputs <= freed, f"never freed: {defined - outputs - freed}"
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fallback_result_is_given_its_planned_layout_by_restride(monkeypatch):
     # views are lowered now; take t's lowering away to see a strided fallback result
     monkeypatch.delitem(lowerings, torch.ops.aten.t.default)
@@ -215,6 +219,7 @@ def test_multi_output_lines_index_their_parent():
     assert body.index("del buf0") > body.index("buf2 = buf0[1]")
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_results_read_by_generated_code_are_not_aten_only(monkeypatch):
     monkeypatch.delitem(lowerings, torch.ops.aten.t.default)
     x = randn(5, 7)
@@ -243,6 +248,7 @@ def test_skipped_auxiliary_result_of_an_aten_kernel_passes_through():
     torch.testing.assert_close(grad_got, grad_want)
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fallback_keyword_arguments_are_rendered():
     x = randn(4, 5)
     _, source = check_against_eager(
@@ -292,6 +298,7 @@ def test_kernel_launch_line():
 # --- deduplication --------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_identical_kernels_are_defined_once_and_launched_twice():
     def f(x):
         a = x.sin()
@@ -309,6 +316,7 @@ def test_identical_kernels_are_defined_once_and_launched_twice():
     ]
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_different_kernels_are_numbered_in_order():
     x = randn(5, 6)
     wrapper, source = check_against_eager(
@@ -323,6 +331,7 @@ def test_different_kernels_are_numbered_in_order():
 # --- the benchmark harness ------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_benchmark_compiled_module_runs():
     x, y = randn(5, 7), randn(5, 7)
     _, source = generate(_two_outputs_and_a_fallback, x, y)
@@ -463,6 +472,7 @@ def test_reused_name_is_deleted_only_after_its_hand_over(shape):
         assert f"{new} = empty_strided" not in source
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_an_outputs_memory_is_never_reused():
     # y.t() is returned as a view of y's buffer. y's own name dies once cumsum has read
     # it, just before cos allocates a buffer of y's size: that buffer must be new.

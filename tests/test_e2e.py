@@ -222,6 +222,7 @@ def test_multi_output_pointwise_fuses_into_one_kernel(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fallback_in_the_middle_splits_kernels(device, caplog):
     x = rand(7, 9, device=device)
     with caplog.at_level(logging.DEBUG, logger="minductor"):

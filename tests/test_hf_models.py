@@ -252,9 +252,8 @@ class Family:
 # transformers look for several sequences packed into one row: a new sequence starts
 # where position_ids do not go up by one, and (position_diff != 1).cumsum(-1) numbers
 # them (masking_utils.find_packed_sequence_indices; under torch.compile it cannot
-# check that there is one sequence, so the result always goes into the mask). minductor
-# has no scan lowering, so cumsum falls back.
-PACKED = "aten.cumsum.default"
+# check that there is one sequence, so the result always goes into the mask). That
+# cumsum is a scan kernel of ours (chapter 9): no fallback.
 # T5's decoder inputs are built in the graph by _shift_right, whose
 # `shifted[..., 0] = decoder_start_token_id` is a setitem with a Python number: ATen
 # wraps the number in a 0-dim tensor, aten.fill.Tensor, decomposed (chapter 2) into a
@@ -267,15 +266,11 @@ FAMILIES = {
     "gpt2": Family(
         gpt2,
         causal_lm_inputs,
-        inference_fallbacks=frozenset({PACKED}),
-        training_fallbacks=frozenset({PACKED}),
     ),
     "bert": Family(bert, masked_lm_inputs),
     "llama": Family(
         llama,
         causal_lm_inputs,
-        inference_fallbacks=frozenset({PACKED}),
-        training_fallbacks=frozenset({PACKED}),
     ),
     "t5": Family(
         t5,

@@ -112,7 +112,9 @@ SUBSET: dict[str, tuple[str, ...]] = {
     "var": (F,),
     "any": (F, B),
     "logsumexp": (F,),
-    "cumsum": (F, I),
+    "cumsum": (F, I, H),
+    "cumprod": (F, I),
+    "logcumsumexp": (F,),
     "max.reduction_with_dim": (F, I),
     # views and data movement
     "view": (F, B),

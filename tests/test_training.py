@@ -115,8 +115,9 @@ def test_gather_backward_accumulates_with_atomic_adds(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_an_op_we_cannot_lower_in_backward_falls_back_alone(device, caplog):
-    # cumsum has no lowering: its backward (a flipped cumsum) falls back op by op,
+    # without its lowering, cumsum's backward (a flipped cumsum) falls back op by op,
     # while the pointwise work around it is still compiled
     with caplog.at_level(logging.DEBUG, logger="minductor"):
         forward, backward = grads(
