@@ -35,3 +35,37 @@ def cumsum_falls_back(monkeypatch):
     from minductor.lowering import lowerings
 
     monkeypatch.delitem(lowerings, torch.ops.aten.cumsum.default)
+
+
+# MINDUCTOR_GPU_COMPILE=1: every graph the tests compile is also generated as for a
+# GPU, and at the end of the session each distinct kernel is compiled for an H100
+# (tools/gpu_compile.py; no GPU needed). A kernel that fails fails the session.
+_gpu_recording = None
+
+
+def pytest_sessionstart(session):
+    global _gpu_recording
+    if os.environ.get("MINDUCTOR_GPU_COMPILE") != "1" or HAS_CUDA:
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import minductor  # noqa: F401
+    from gpu_compile import record_gpu_kernels
+
+    _gpu_recording = record_gpu_kernels()
+    session.gpu_kernels = _gpu_recording.__enter__()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _gpu_recording is None:
+        return
+    from gpu_compile import compile_kernels
+
+    _gpu_recording.__exit__(None, None, None)
+    kernels = session.gpu_kernels
+    failures = compile_kernels(kernels)
+    distinct = len({k.key for k in kernels})
+    print(f"\nGPU compile: {distinct} distinct kernels, {len(failures)} failed")
+    for f in failures:
+        print(f"--- {f['name']} ({f['graph']}):\n{f['error']}\n{f['source']}")
+    if failures:
+        session.exitstatus = 1
