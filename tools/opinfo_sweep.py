@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import json
 import math
@@ -117,6 +118,9 @@ UNINITIALIZED = {
 }  # fmt: skip
 # Other skips, each with its reason: {op variant: reason}.
 SKIPS: dict[str, str] = {}
+
+
+GPU_COMPILE_ENV = "MINDUCTOR_SWEEP_GPU_COMPILE"
 
 
 def full_name(op) -> str:
@@ -470,8 +474,16 @@ class _Tracker:
         self.graphs = 0
         self.kernels = 0
         self.fallbacks: set[str] = set()
+        self.gpu_kernels: list = []  # with --gpu-compile: each graph's, for a GPU
+        self._gpu = os.environ.get(GPU_COMPILE_ENV) == "1" and backend == "minductor"
 
     def __enter__(self):
+        if self._gpu:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from gpu_compile import record_gpu_kernels
+
+            self._gpu_cm = record_gpu_kernels()
+            self._gpu_found = self._gpu_cm.__enter__()
         if self.backend == "minductor":
             from minductor.capture import record_compiled
 
@@ -486,6 +498,9 @@ class _Tracker:
         return self
 
     def __exit__(self, *exc):
+        if self._gpu:
+            self._gpu_cm.__exit__(*exc)
+            self.gpu_kernels += self._gpu_found
         if self.backend == "minductor":
             self._cm.__exit__(*exc)
             self.graphs += len(self._found)
@@ -644,6 +659,8 @@ def run_case(
                 status = "wrong"
                 break
     rec["graphs"], rec["kernels"] = tracker.graphs, tracker.kernels
+    if tracker.gpu_kernels:
+        rec["gpu_kernels"] = [dataclasses.asdict(k) for k in tracker.gpu_kernels]
     rec["fallbacks"] = sorted(tracker.fallbacks)
     rec["seconds"] = round(time.time() - t0, 2)
     if status is None:
@@ -1083,6 +1100,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", help="i/n: run every n-th case starting at i (0-based)")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks, samples")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-case progress")
+    p.add_argument(
+        "--gpu-compile", action="store_true",
+        help="also compile every minductor kernel for an H100 (no GPU needed)",
+    )  # fmt: skip
     # internal: a worker process
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result-fd", type=int, help=argparse.SUPPRESS)
@@ -1098,6 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
         records = json.loads(Path(args.report).read_text())["records"]
         print_report(records)
         return 0
+    if args.gpu_compile:  # the workers inherit it
+        os.environ[GPU_COMPILE_ENV] = "1"
     if "minductor" in args.backends:
         import minductor  # noqa: F401
     cases = enumerate_cases(args.dtypes, args.ops, args.exact, args.device)
@@ -1132,7 +1155,11 @@ def main(argv: list[str] | None = None) -> int:
             tmp.write_text(json.dumps(data, indent=1))
             tmp.replace(args.json)
 
+    gpu_kernels = []
+
     def on_result(i, rec):
+        for k in rec.pop("gpu_kernels", []):
+            gpu_kernels.append((rec["op"], rec["dtype"], k))
         done[i] = rec
         if not args.quiet:
             what = rec["error"]
@@ -1164,7 +1191,30 @@ def main(argv: list[str] | None = None) -> int:
     save()
     print_report(records)
     print(f"\n{len(jobs)} cases in {time.time() - t0:.0f} s")
+    if args.gpu_compile:
+        return gpu_compile_report(gpu_kernels)
     return 0
+
+
+def gpu_compile_report(found: list[tuple[str, str, dict]]) -> int:
+    """Compile the cases' kernels for a GPU; print the failures with their cases."""
+    from gpu_compile import GpuKernel, compile_kernels
+
+    kernels, cases = [], {}
+    for op, dtype, k in found:
+        kernel = GpuKernel(**{f: v for f, v in k.items() if f != "key"})
+        kernel.graph = f"{op} {dtype}"
+        kernels.append(kernel)
+        cases.setdefault(kernel.key, []).append(kernel.graph)
+    t0 = time.time()
+    failures = compile_kernels(kernels)
+    print(
+        f"\nGPU compile (sm_90): {len(cases)} distinct kernels in "
+        f"{time.time() - t0:.0f} s, {len(failures)} failed"
+    )
+    for f in failures:
+        print(f"--- {f['name']} ({f['graph']}): {f['error']}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
