@@ -44,8 +44,6 @@ def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=Non
 
 @register_lowering(aten.clone, aten.lift_fresh_copy)
 def clone(x, *, memory_format=None):
-    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
-        raise Unsupported(f"clone to {memory_format}")
     return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
 
 
@@ -81,8 +79,6 @@ def to_copy(
 ):
     if device is not None and torch.device(device) != x.get_device():
         raise Unsupported("copy between devices")
-    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
-        raise Unsupported(f"copy to {memory_format}")
     return _convert(x, dtype or x.get_dtype())
 
 

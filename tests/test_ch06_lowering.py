@@ -454,11 +454,19 @@ def test_unsupported_dtype_falls_back_with_its_reason(caplog):
     assert "fallback: aten.mul.Tensor (dtype torch.complex64)" in messages
 
 
-def test_unsupported_memory_format_falls_back():
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x.clone(memory_format=torch.channels_last),),
+        lambda x: (x.to(torch.float16, memory_format=torch.channels_last),),
+    ],
+    ids=["clone", "to"],
+)
+def test_a_memory_format_is_a_storage_order_not_a_fallback(fn):
     x = torch.randn(2, 3, 4, 5)
-    graph = check(lambda x: (x.clone(memory_format=torch.channels_last),), x)
-    assert graph.fallbacks == ["aten.clone.default"]
-    (out,) = graph.graph_outputs
+    graph = check(fn, x)
+    assert graph.fallbacks == []
+    (out,) = graph.graph_outputs  # an output: stored in eager's strides
     assert tuple(int(s) for s in out.layout.stride) == (60, 1, 15, 3)
 
 
