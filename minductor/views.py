@@ -20,6 +20,7 @@ from minductor.ir import (
     Pointwise,
     ReinterpretView,
     TensorBox,
+    as_expr,
     as_exprs,
     strided_view,
 )
@@ -123,9 +124,7 @@ def squeeze(x, dim=None):
 def expand(x, size, *, implicit=False):
     old = x.get_size()
     skip = len(size) - len(old)
-    new = [
-        old[k - skip] if s == -1 else sympy.Integer(s) for k, s in enumerate(size)
-    ]
+    new = [old[k - skip] if s == -1 else as_expr(s) for k, s in enumerate(size)]
 
     def reindex(index):
         return [
@@ -140,6 +139,9 @@ def _clamp(value: int | None, default, n):
     """A slice bound as eager reads it: negative counts from the end, then clamped."""
     if value is None:
         return default
+    if isinstance(value, sympy.Expr) and not value.is_Integer:
+        return value  # a symbolic bound, already in [0, n]: see slice_lowering
+    value = int(value)
     if isinstance(n, int) or n.is_Integer:
         n = int(n)
         return min(max(value + n if value < 0 else value, 0), n)
@@ -149,13 +151,14 @@ def _clamp(value: int | None, default, n):
     return sympy.Max(value + n, 0) if value < 0 else sympy.Min(value, n)
 
 
-@register_lowering(aten.slice.Tensor)
-def slice_(x, dim=0, start=None, end=None, step=1):
+def slice_(x, dim=0, start=None, end=None, step=1, length=None):
     size = list(x.get_size())
     dim = _dim(dim, len(size))
     n = size[dim]
     start, end = _clamp(start, 0, n), _clamp(end, n, n)
-    size[dim] = sympy.Max(0, FloorDiv(end - start + step - 1, step))
+    if length is None:
+        length = sympy.Max(0, FloorDiv(end - start + step - 1, step))
+    size[dim] = length
 
     def reindex(index):
         old = list(index)
@@ -163,6 +166,30 @@ def slice_(x, dim=0, start=None, end=None, step=1):
         return old
 
     return make_view(x, size, reindex)
+
+
+def _guarded_bound(sizevars, value, n):
+    """A symbolic slice bound in [0, n], the case that holds now guarded, as Dynamo
+    guards what it decides on sizes: s1, s1 - n (negative) or n, say."""
+    if not isinstance(value, sympy.Expr) or value.is_Integer:
+        return value
+    if not sizevars.guard_leq(0, value):  # counts from the end
+        value = value + n
+        if not sizevars.guard_leq(0, value):
+            return sympy.Integer(0)
+    return value if sizevars.guard_leq(value, n) else n
+
+
+@register_lowering(aten.slice.Tensor, graph=True)
+def slice_lowering(graph, x, dim=0, start=None, end=None, step=1):
+    if not any(isinstance(b, sympy.Expr) and not b.is_Integer for b in (start, end)):
+        return slice_(x, dim, start, end, step)
+    n = x.get_size()[_dim(dim, len(x.get_size()))]
+    start = _clamp(_guarded_bound(graph.sizevars, start, n), 0, n)
+    end = _clamp(_guarded_bound(graph.sizevars, end, n), n, n)
+    empty = not graph.sizevars.guard_leq(start, end)  # and is it empty? guarded too
+    length = sympy.Integer(0) if empty else FloorDiv(end - start + step - 1, step)
+    return slice_(x, dim, start, end, step, length)
 
 
 @register_lowering(aten.select.int)
