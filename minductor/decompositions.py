@@ -379,6 +379,17 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
     return y.to(x.dtype), *saved
 
 
+@register_decomposition(aten.linalg_vector_norm)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if ord != 2 or x.is_complex() or not x.dtype.is_floating_point:
+        return NotImplemented
+    if dtype is not None:
+        x = x.to(dtype)
+    xf = _upcast(x)
+    dims = list(range(x.dim())) if dim is None or dim == [] else dim
+    return torch.sqrt(torch.sum(xf * xf, dims, keepdim=keepdim)).to(x.dtype)
+
+
 def _all_but(x, dim) -> list[int]:
     return [d for d in range(x.dim()) if d != dim % x.dim()]
 

@@ -26,6 +26,7 @@ from minductor.ir import (
 )
 from minductor.lowering import (
     SUPPORTED_DTYPES,
+    CannotCompile,
     Unsupported,
     _constant_box,
     _dense,
@@ -374,26 +375,33 @@ def view(x, size):
     return TensorBox(GenericView(x, new, reshape_reindex(old, new)))
 
 
-def _eager_storage_is_ours(graph, x: TensorBox) -> bool:
+def _eager_storage_strides(graph, x: TensorBox) -> list[sympy.Expr] | None:
+    """x's strides in eager, if its storage there holds x and nothing else."""
     meta = graph.current_node.args[0].meta.get("val")
-    return (
-        isinstance(meta, torch.Tensor)
-        and meta.is_contiguous()
-        and meta.storage_offset() == 0
-        and meta.untyped_storage().nbytes() == meta.numel() * meta.element_size()
-    )
+    if not isinstance(meta, torch.Tensor) or meta.storage_offset() != 0:
+        return None
+    if meta.untyped_storage().nbytes() != meta.numel() * meta.element_size():
+        return None
+    if meta.is_contiguous():
+        return contiguous_strides(x.get_size())
+    stride = meta.stride()
+    if all(type(s) is int for s in stride) and _dense(meta.shape, stride):
+        return as_exprs(stride)  # a permutation of contiguous: a transposed tensor
+    return None
 
 
 @register_lowering(aten.as_strided, graph=True)
 def as_strided(graph, x, size, stride, storage_offset=None):
     strided = strided_view(x.data)
     if strided is None or not isinstance(strided.data, InputBuffer):
-        if not _eager_storage_is_ours(graph, x):
-            raise NotImplementedError(
-                "minductor: as_strided of a computed value whose storage in eager is "
-                "not a plain contiguous tensor"
+        eager = _eager_storage_strides(graph, x)
+        if eager is None:
+            raise CannotCompile(
+                "as_strided of a computed value whose storage in eager holds more "
+                "than the value: ours cannot be the same"
             )
-        strided = strided_view(graph.realize_intermediate(x))
+        buf = graph.require_strides(graph.realize_intermediate(x), tuple(eager))
+        strided = strided_view(buf)
     base = strided.data
     if storage_offset is None:
         offset = strided.layout.offset
@@ -594,7 +602,8 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
 def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     offset = storage_offset or 0
     static = all(isinstance(v, int) for v in (*size, *stride, offset))
-    if not (static and _eager_storage_is_ours(graph, x) and _dense(size, stride)):
+    eager = _eager_storage_strides(graph, x)
+    if not (static and eager is not None and _dense(size, stride)):
         raise Unsupported("as_strided_scatter: not a dense window on a plain tensor")
     full = x.get_size()
     count = product(size)
@@ -602,7 +611,7 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     load_src = converting_loader(src, src.get_size(), x.get_dtype())
 
     def inner_fn(index):
-        position = flat_index(index, contiguous_strides(full)) - offset
+        position = flat_index(index, eager) - offset
         at = sympy.Min(sympy.Max(position, 0), count - 1)
         source = [ModularIndexing(at, st, n) for n, st in zip(size, stride)]
         return ops.where(_within(position, 0, count), load_src(source), load_x(index))

@@ -231,6 +231,14 @@ CASES = {
         ((rand(2, 3), None, None, *_stats_of(3)[2:], 0.1, 1e-3), {}),
         ((rand(2, 3, 4).bfloat16(), *_stats_of(3), 0.1, 1e-5), {}),
     ],
+    aten.linalg_vector_norm.default: [
+        ((rand(4, 5),), {}),
+        ((rand(4, 5), 2, [1], True), {}),
+        ((rand(2, 3, 4), 2.0, [0, 2]), {}),
+        ((rand(6, 9).bfloat16(), 2, [-1]), {}),  # summed in float32
+        ((rand(3, 4), 2, [1]), {"dtype": torch.float64}),
+        ((torch.tensor([[3.0, 4.0], [0.0, 0.0], [inf, 1.0]]), 2, [1]), {}),
+    ],
     # a direction v and a length g per output channel (dim 0), or per position of the
     # last dimension (dim 2: Wav2Vec2's positional convolution); bfloat16 keeps its
     # norms in float32
@@ -446,6 +454,7 @@ TRACED = {
         )[:2]
     ),
     aten.logsumexp.default: lambda x, a, b: torch.logsumexp(x, 0),
+    aten.linalg_vector_norm.default: lambda x, a, b: F.normalize(x, dim=0),
     aten.elu.default: lambda x, a, b: F.elu(x),  # borrowed
     aten.mish.default: lambda x, a, b: F.mish(x),  # borrowed
     aten._safe_softmax.default: lambda x, a, b: aten._safe_softmax(x, 0),  # borrowed
