@@ -532,9 +532,9 @@ def constant_pad_nd(x, pad, value=0):
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     d = _dim(dim, len(size))
-    n = int(size[d])
+    n = size[d]  # may be a symbol: _clamp's bounds are then expressions
     start, end = _clamp(start, 0, n), _clamp(end, n, n)
-    count = int(src.get_size()[d])
+    count = src.get_size()[d]
     if count == 0:
         return clone(x)
     load_x = x.make_loader()

@@ -109,6 +109,11 @@ CASES = {
         lambda x, y: x.expand(y.shape[0], 4) + y.unsqueeze(1),
         lambda n, d: (torch.randn(1, 4, device=d), torch.randn(n, device=d)),
     ),
+    # a decoder's inputs: the labels shifted right, a start token first
+    "shift_right": (
+        lambda x: torch.slice_scatter(x * 2, x[:, :-1], 1, 1),
+        lambda n, d: (torch.randn(3, n, device=d),),
+    ),
     "cat": (
         lambda x, y: torch.cat([x, y]) + 1,
         lambda n, d: (torch.randn(n, 3, device=d), torch.randn(2, 3, device=d)),
