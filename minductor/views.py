@@ -185,11 +185,13 @@ def _guarded_bound(sizevars, value, n):
 def slice_lowering(graph, x, dim=0, start=None, end=None, step=1):
     if not any(isinstance(b, sympy.Expr) and not b.is_Integer for b in (start, end)):
         return slice_(x, dim, start, end, step)
-    n = x.get_size()[_dim(dim, len(x.get_size()))]
+    dim = _dim(dim, len(x.get_size()))
+    n = x.get_size()[dim]
     start = _clamp(_guarded_bound(graph.sizevars, start, n), 0, n)
     end = _clamp(_guarded_bound(graph.sizevars, end, n), n, n)
-    empty = not graph.sizevars.guard_leq(start, end)  # and is it empty? guarded too
-    length = sympy.Integer(0) if empty else FloorDiv(end - start + step - 1, step)
+    # the length as eager's graph writes it (s0, not 64 - Max(0, 64 - s0)), so that
+    # the ops after it see the same symbol
+    length = as_expr(graph.current_node.meta["val"].shape[dim])
     return slice_(x, dim, start, end, step, length)
 
 

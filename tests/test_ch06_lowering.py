@@ -317,6 +317,15 @@ def test_broadcast_shapes_matches_torch(shapes):
     )
 
 
+def test_broadcast_shapes_keeps_the_first_of_two_ways_to_write_a_size():
+    # traced sizes that are equal (the fake tensors' broadcast checked them), written
+    # two ways: the first is kept, as eager's broadcast keeps it
+    s0 = sympy.Symbol("s0", positive=True, integer=True)
+    cut = 20 - sympy.Max(0, 20 - s0)
+    assert broadcast_shapes([sympy.Integer(3), cut], [s0]) == (3, cut)
+    assert broadcast_shapes([s0], [sympy.Integer(1), cut]) == (1, s0)
+
+
 def test_broadcast_shapes_rejects_mismatch():
     with pytest.raises(RuntimeError, match="do not broadcast"):
         broadcast_shapes([sympy.Integer(3)], [sympy.Integer(4)])

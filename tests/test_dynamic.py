@@ -105,6 +105,15 @@ CASES = {
         lambda x, y: x[:, y.shape[0] :] * 2,
         lambda n, d: (torch.randn(3, 20, device=d), torch.randn(n, device=d)),
     ),
+    # MPT's alibi bias: the last n of 20 positions, from max(0, 20 - n), added to a
+    # tensor of length n: the slice's length must be n itself, not 20 - Max(0, 20 - n)
+    "slice_from_a_max": (
+        lambda y: torch.arange(60.0, device=y.device).view(3, 20)[
+            :, max(0, 20 - y.shape[0]) :
+        ]
+        + y,
+        lambda n, d: (torch.randn(n, device=d),),
+    ),
     "expand_to_a_length": (
         lambda x, y: x.expand(y.shape[0], 4) + y.unsqueeze(1),
         lambda n, d: (torch.randn(1, 4, device=d), torch.randn(n, device=d)),
