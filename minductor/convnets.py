@@ -141,7 +141,12 @@ def pool_size(size, kernel, stride, padding, dilation, ceil_mode) -> int:
     return out
 
 
+MAX_WINDOW = 25  # elements in a pooling window we unroll
+
+
 def _window_sizes(x: TensorBox, kernel, stride, padding, dilation, ceil_mode):
+    if kernel[0] * kernel[1] > MAX_WINDOW:
+        raise Unsupported(f"a pooling window of {kernel[0]} x {kernel[1]} elements")
     size = x.get_size()
     if any(not isinstance(s, sympy.Integer) for s in size[-2:]):
         raise Unsupported("pooling over symbolic spatial sizes")

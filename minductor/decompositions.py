@@ -379,6 +379,44 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
     return y.to(x.dtype), *saved
 
 
+@register_decomposition(aten.linalg_vector_norm)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if ord != 2 or x.is_complex() or not x.dtype.is_floating_point:
+        return NotImplemented
+    if dtype is not None:
+        x = x.to(dtype)
+    xf = _upcast(x)
+    dims = list(range(x.dim())) if dim is None or dim == [] else dim
+    return torch.sqrt(torch.sum(xf * xf, dims, keepdim=keepdim)).to(x.dtype)
+
+
+def _all_but(x, dim) -> list[int]:
+    return [d for d in range(x.dim()) if d != dim % x.dim()]
+
+
+def _weight_norm_compute(v) -> torch.dtype:
+    low = v.dtype in (torch.float16, torch.bfloat16)
+    return torch.float32 if low else v.dtype
+
+
+@register_decomposition(aten._weight_norm_interface)
+def weight_norm(v, g, dim=0):
+    compute = _weight_norm_compute(v)
+    v32, g32 = v.to(compute), g.to(compute)
+    norm = v32.norm(2, _all_but(v, dim), keepdim=True)
+    norm_dtype = torch.float32 if g.dtype == torch.bfloat16 else g.dtype
+    return (v32 * (g32 / norm)).to(v.dtype), norm.to(norm_dtype)
+
+
+@register_decomposition(aten._weight_norm_interface_backward)
+def weight_norm_backward(grad_w, v, g, norm, dim=0):
+    compute = _weight_norm_compute(v)
+    grad_w, v32, g32, norm = (t.to(compute) for t in (grad_w, v, g, norm))
+    s = (grad_w * v32).sum(_all_but(v, dim), keepdim=True)
+    grad_v = g32 / norm * (grad_w - v32 * (s / (norm * norm)))
+    return grad_v.to(v.dtype), (s / norm).to(g.dtype)
+
+
 @register_decomposition(aten.fmax.default)
 def fmax(a, b):
     return torch.where(b.isnan(), a, torch.where(a.isnan(), b, torch.maximum(a, b)))

@@ -44,8 +44,6 @@ def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=Non
 
 @register_lowering(aten.clone, aten.lift_fresh_copy)
 def clone(x, *, memory_format=None):
-    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
-        raise Unsupported(f"clone to {memory_format}")
     return pointwise(lambda v: v, [x], dtypes=(x.get_dtype(), x.get_dtype()))
 
 
@@ -81,8 +79,6 @@ def to_copy(
 ):
     if device is not None and torch.device(device) != x.get_device():
         raise Unsupported("copy between devices")
-    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
-        raise Unsupported(f"copy to {memory_format}")
     return _convert(x, dtype or x.get_dtype())
 
 
@@ -113,6 +109,12 @@ def _new(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
 register_lowering(aten.new_zeros)(_new(lambda args: 0))
 register_lowering(aten.new_ones)(_new(lambda args: 1))
 register_lowering(aten.new_full)(_new(lambda args: args[0]))
+register_lowering(aten.new_empty, aten.new_empty_strided)(_new(lambda args: 0))
+
+
+@register_lowering(aten.empty.memory_format, aten.empty_strided)
+def empty(size, *stride, dtype=None, layout=None, device=None, **unused):
+    return _constant_box(0, size, dtype or torch.get_default_dtype(), device)
 
 
 def _like(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
@@ -183,6 +185,9 @@ def arange(*bounds, dtype=None, layout=None, device=None, pin_memory=None):
         length, compute = -((start - end) // step), torch.int64  # an exact ceil
     elif dtype.is_floating_point:
         length, compute = math.ceil((end - start) / step), _float_compute(dtype)
+    elif all(float(b).is_integer() for b in (start, end, step)):  # (0, 32, 1.0)
+        start, end, step = int(start), int(end), int(step)
+        length, compute = -((start - end) // step), torch.int64
     else:  # ATen truncates the bounds first, with length rules of its own
         raise Unsupported(f"arange of {dtype} with bounds {bounds}")
     at = lambda i: _affine(start, step, i, compute)  # noqa: E731

@@ -103,10 +103,12 @@ def broadcast_shapes(*shapes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
     out: list[sympy.Expr] = [sympy.Integer(1)] * ndim
     for shape in shapes:
         for k, size in enumerate(shape, start=ndim - len(shape)):
-            if size != 1:
-                if out[k] != 1 and out[k] != size:
-                    raise RuntimeError(f"shapes {shapes} do not broadcast")
+            if size == 1 or out[k] == size:
+                continue
+            if out[k] == 1:
                 out[k] = size
+            elif out[k].is_number and size.is_number:
+                raise RuntimeError(f"shapes {shapes} do not broadcast")
     return tuple(out)
 
 

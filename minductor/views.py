@@ -20,11 +20,13 @@ from minductor.ir import (
     Pointwise,
     ReinterpretView,
     TensorBox,
+    as_expr,
     as_exprs,
     strided_view,
 )
 from minductor.lowering import (
     SUPPORTED_DTYPES,
+    CannotCompile,
     Unsupported,
     _constant_box,
     _dense,
@@ -123,9 +125,7 @@ def squeeze(x, dim=None):
 def expand(x, size, *, implicit=False):
     old = x.get_size()
     skip = len(size) - len(old)
-    new = [
-        old[k - skip] if s == -1 else sympy.Integer(s) for k, s in enumerate(size)
-    ]
+    new = [old[k - skip] if s == -1 else as_expr(s) for k, s in enumerate(size)]
 
     def reindex(index):
         return [
@@ -140,6 +140,9 @@ def _clamp(value: int | None, default, n):
     """A slice bound as eager reads it: negative counts from the end, then clamped."""
     if value is None:
         return default
+    if isinstance(value, sympy.Expr) and not value.is_Integer:
+        return value  # a symbolic bound, already in [0, n]: see slice_lowering
+    value = int(value)
     if isinstance(n, int) or n.is_Integer:
         n = int(n)
         return min(max(value + n if value < 0 else value, 0), n)
@@ -149,13 +152,14 @@ def _clamp(value: int | None, default, n):
     return sympy.Max(value + n, 0) if value < 0 else sympy.Min(value, n)
 
 
-@register_lowering(aten.slice.Tensor)
-def slice_(x, dim=0, start=None, end=None, step=1):
+def slice_(x, dim=0, start=None, end=None, step=1, length=None):
     size = list(x.get_size())
     dim = _dim(dim, len(size))
     n = size[dim]
     start, end = _clamp(start, 0, n), _clamp(end, n, n)
-    size[dim] = sympy.Max(0, FloorDiv(end - start + step - 1, step))
+    if length is None:
+        length = sympy.Max(0, FloorDiv(end - start + step - 1, step))
+    size[dim] = length
 
     def reindex(index):
         old = list(index)
@@ -163,6 +167,32 @@ def slice_(x, dim=0, start=None, end=None, step=1):
         return old
 
     return make_view(x, size, reindex)
+
+
+def _guarded_bound(sizevars, value, n):
+    """A symbolic slice bound in [0, n], the case that holds now guarded, as Dynamo
+    guards what it decides on sizes: s1, s1 - n (negative) or n, say."""
+    if not isinstance(value, sympy.Expr) or value.is_Integer:
+        return value
+    if not sizevars.guard_leq(0, value):  # counts from the end
+        value = value + n
+        if not sizevars.guard_leq(0, value):
+            return sympy.Integer(0)
+    return value if sizevars.guard_leq(value, n) else n
+
+
+@register_lowering(aten.slice.Tensor, graph=True)
+def slice_lowering(graph, x, dim=0, start=None, end=None, step=1):
+    if not any(isinstance(b, sympy.Expr) and not b.is_Integer for b in (start, end)):
+        return slice_(x, dim, start, end, step)
+    dim = _dim(dim, len(x.get_size()))
+    n = x.get_size()[dim]
+    start = _clamp(_guarded_bound(graph.sizevars, start, n), 0, n)
+    end = _clamp(_guarded_bound(graph.sizevars, end, n), n, n)
+    # the length as eager's graph writes it (s0, not 64 - Max(0, 64 - s0)), so that
+    # the ops after it see the same symbol
+    length = as_expr(graph.current_node.meta["val"].shape[dim])
+    return slice_(x, dim, start, end, step, length)
 
 
 @register_lowering(aten.select.int)
@@ -347,26 +377,33 @@ def view(x, size):
     return TensorBox(GenericView(x, new, reshape_reindex(old, new)))
 
 
-def _eager_storage_is_ours(graph, x: TensorBox) -> bool:
+def _eager_storage_strides(graph, x: TensorBox) -> list[sympy.Expr] | None:
+    """x's strides in eager, if its storage there holds x and nothing else."""
     meta = graph.current_node.args[0].meta.get("val")
-    return (
-        isinstance(meta, torch.Tensor)
-        and meta.is_contiguous()
-        and meta.storage_offset() == 0
-        and meta.untyped_storage().nbytes() == meta.numel() * meta.element_size()
-    )
+    if not isinstance(meta, torch.Tensor) or meta.storage_offset() != 0:
+        return None
+    if meta.untyped_storage().nbytes() != meta.numel() * meta.element_size():
+        return None
+    if meta.is_contiguous():
+        return contiguous_strides(x.get_size())
+    stride = meta.stride()
+    if all(type(s) is int for s in stride) and _dense(meta.shape, stride):
+        return as_exprs(stride)  # a permutation of contiguous: a transposed tensor
+    return None
 
 
 @register_lowering(aten.as_strided, graph=True)
 def as_strided(graph, x, size, stride, storage_offset=None):
     strided = strided_view(x.data)
     if strided is None or not isinstance(strided.data, InputBuffer):
-        if not _eager_storage_is_ours(graph, x):
-            raise NotImplementedError(
-                "minductor: as_strided of a computed value whose storage in eager is "
-                "not a plain contiguous tensor"
+        eager = _eager_storage_strides(graph, x)
+        if eager is None:
+            raise CannotCompile(
+                "as_strided of a computed value whose storage in eager holds more "
+                "than the value: ours cannot be the same"
             )
-        strided = strided_view(graph.realize_intermediate(x))
+        buf = graph.require_strides(graph.realize_intermediate(x), tuple(eager))
+        strided = strided_view(buf)
     base = strided.data
     if storage_offset is None:
         offset = strided.layout.offset
@@ -497,9 +534,9 @@ def constant_pad_nd(x, pad, value=0):
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     d = _dim(dim, len(size))
-    n = int(size[d])
+    n = size[d]  # may be a symbol: _clamp's bounds are then expressions
     start, end = _clamp(start, 0, n), _clamp(end, n, n)
-    count = int(src.get_size()[d])
+    count = src.get_size()[d]
     if count == 0:
         return clone(x)
     load_x = x.make_loader()
@@ -567,7 +604,8 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
 def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     offset = storage_offset or 0
     static = all(isinstance(v, int) for v in (*size, *stride, offset))
-    if not (static and _eager_storage_is_ours(graph, x) and _dense(size, stride)):
+    eager = _eager_storage_strides(graph, x)
+    if not (static and eager is not None and _dense(size, stride)):
         raise Unsupported("as_strided_scatter: not a dense window on a plain tensor")
     full = x.get_size()
     count = product(size)
@@ -575,7 +613,7 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     load_src = converting_loader(src, src.get_size(), x.get_dtype())
 
     def inner_fn(index):
-        position = flat_index(index, contiguous_strides(full)) - offset
+        position = flat_index(index, eager) - offset
         at = sympy.Min(sympy.Max(position, 0), count - 1)
         source = [ModularIndexing(at, st, n) for n, st in zip(size, stride)]
         return ops.where(_within(position, 0, count), load_src(source), load_x(index))

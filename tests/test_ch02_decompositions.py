@@ -65,6 +65,14 @@ def _stats(x, normalized_shape):
 
 NLL_T = torch.tensor([2, -100, 0, 5])  # one ignored row
 
+def _weight_norm_grad_args(shape, dim):
+    """(grad_w, v, g, norms, dim) as autograd passes them to weight norm's gradient."""
+    keep = [n if d == dim % len(shape) else 1 for d, n in enumerate(shape)]
+    v, g = rand(*shape), rand(*keep, seed=1)
+    norms = aten._weight_norm_interface(v, g, dim)[1]
+    return rand(*shape, seed=2), v, g, norms, dim
+
+
 # overload -> list of (args, kwargs) to call it with
 def _stats_of(channels):
     """weight, bias, running mean and (positive) running variance of a batch norm."""
@@ -241,6 +249,27 @@ CASES = {
         ((rand(2, 3, 4, 5), *_stats_of(3), 0.1, 1e-5), {}),
         ((rand(2, 3), None, None, *_stats_of(3)[2:], 0.1, 1e-3), {}),
         ((rand(2, 3, 4).bfloat16(), *_stats_of(3), 0.1, 1e-5), {}),
+    ],
+    aten.linalg_vector_norm.default: [
+        ((rand(4, 5),), {}),
+        ((rand(4, 5), 2, [1], True), {}),
+        ((rand(2, 3, 4), 2.0, [0, 2]), {}),
+        ((rand(6, 9).bfloat16(), 2, [-1]), {}),  # summed in float32
+        ((rand(3, 4), 2, [1]), {"dtype": torch.float64}),
+        ((torch.tensor([[3.0, 4.0], [0.0, 0.0], [inf, 1.0]]), 2, [1]), {}),
+    ],
+    # a direction v and a length g per output channel (dim 0), or per position of the
+    # last dimension (dim 2: Wav2Vec2's positional convolution); bfloat16 keeps its
+    # norms in float32
+    aten._weight_norm_interface.default: [
+        ((rand(4, 3, 5), rand(4, 1, 1, seed=1)), {}),
+        ((rand(4, 3, 5), rand(1, 1, 5, seed=1), 2), {}),
+        ((rand(6, 7).bfloat16(), rand(6, 1, seed=1).bfloat16()), {}),
+    ],
+    aten._weight_norm_interface_backward.default: [
+        (_weight_norm_grad_args((4, 3, 5), 0), {}),
+        (_weight_norm_grad_args((4, 3, 5), 2), {}),
+        (_weight_norm_grad_args((5, 7), 1), {}),
     ],
 }
 
@@ -447,6 +476,7 @@ TRACED = {
         )[:2]
     ),
     aten.logsumexp.default: lambda x, a, b: torch.logsumexp(x, 0),
+    aten.linalg_vector_norm.default: lambda x, a, b: F.normalize(x, dim=0),
     aten.elu.default: lambda x, a, b: F.elu(x),  # borrowed
     aten.mish.default: lambda x, a, b: F.mish(x),  # borrowed
     aten._safe_softmax.default: lambda x, a, b: aten._safe_softmax(x, 0),  # borrowed

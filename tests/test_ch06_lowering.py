@@ -317,6 +317,15 @@ def test_broadcast_shapes_matches_torch(shapes):
     )
 
 
+def test_broadcast_shapes_keeps_the_first_of_two_ways_to_write_a_size():
+    # traced sizes that are equal (the fake tensors' broadcast checked them), written
+    # two ways: the first is kept, as eager's broadcast keeps it
+    s0 = sympy.Symbol("s0", positive=True, integer=True)
+    cut = 20 - sympy.Max(0, 20 - s0)
+    assert broadcast_shapes([sympy.Integer(3), cut], [s0]) == (3, cut)
+    assert broadcast_shapes([s0], [sympy.Integer(1), cut]) == (1, s0)
+
+
 def test_broadcast_shapes_rejects_mismatch():
     with pytest.raises(RuntimeError, match="do not broadcast"):
         broadcast_shapes([sympy.Integer(3)], [sympy.Integer(4)])
@@ -455,11 +464,19 @@ def test_unsupported_dtype_falls_back_with_its_reason(caplog):
     assert "fallback: aten.mul.Tensor (dtype torch.complex64)" in messages
 
 
-def test_unsupported_memory_format_falls_back():
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x.clone(memory_format=torch.channels_last),),
+        lambda x: (x.to(torch.float16, memory_format=torch.channels_last),),
+    ],
+    ids=["clone", "to"],
+)
+def test_a_memory_format_is_a_storage_order_not_a_fallback(fn):
     x = torch.randn(2, 3, 4, 5)
-    graph = check(lambda x: (x.clone(memory_format=torch.channels_last),), x)
-    assert graph.fallbacks == ["aten.clone.default"]
-    (out,) = graph.graph_outputs
+    graph = check(fn, x)
+    assert graph.fallbacks == []
+    (out,) = graph.graph_outputs  # an output: stored in eager's strides
     assert tuple(int(s) for s in out.layout.stride) == (60, 1, 15, 3)
 
 

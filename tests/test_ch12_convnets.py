@@ -161,6 +161,28 @@ def test_adaptive_avg_pool2d_with_unequal_windows_goes_to_aten(device):
     assert fallbacks == ["aten._adaptive_avg_pool2d.default"]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pooling_window_too_large_to_unroll_goes_to_aten(device):
+    # EfficientNet's head: a 3 x 3 map pooled with a kernel 1280 wide (ceil_mode keeps
+    # one window); unrolled, the body would be 1280 * 1280 loads
+    x = torch.randn(2, 4, 3, 3, device=device, requires_grad=True)
+    pools = {
+        "aten.avg_pool2d.default": lambda x: F.avg_pool2d(x, 1280, ceil_mode=True),
+        "aten.max_pool2d_with_indices.default": lambda x: F.max_pool2d(
+            x, 1280, ceil_mode=True
+        ),
+    }
+    for op, pool in pools.items():
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            out = torch.compile(pool, backend="minductor")(x)
+            out.sum().backward()
+        expected = pool(x.detach())
+        torch.testing.assert_close(out, expected)
+        assert op in graphs[0].fallbacks and "_backward" in graphs[1].fallbacks[0]
+        x.grad = None
+
+
 class BasicBlock(torch.nn.Module):  # ResNet-18's
     def __init__(self, cin, cout, stride):
         super().__init__()

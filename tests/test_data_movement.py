@@ -106,6 +106,31 @@ def test_factories(device):
     run(lambda x: torch.ones_like(x, dtype=torch.int32) + x.new_zeros(6).long(), x)
 
 
+EMPTIES = {  # memory that is written before it is read
+    "empty": lambda x: torch.empty(4, 6, device=x.device).copy_(x * 2) + 1,
+    "empty_strided": lambda x: torch.empty_strided(
+        (6, 4), (1, 6), device=x.device
+    ).copy_(x.t())
+    * 3,
+    "new_empty": lambda x: x.new_empty(2, 6).copy_(x[1:3]).exp(),
+    "new_empty_strided": lambda x: x.new_empty_strided((3, 2), (1, 3)).copy_(
+        x[:3, :2]
+    )
+    - x[0, 0],
+    "int32": lambda x: torch.empty(4, 6, dtype=torch.int32, device=x.device).copy_(
+        x * 10
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(EMPTIES))
+def test_empty_tensors_that_are_written_are_not_fallbacks(device, name):
+    x = torch.randn(4, 6, device=device)
+    kernels, fallbacks = run(EMPTIES[name], x)
+    assert fallbacks == []
+
+
 RANGES = {
     "end_only": lambda x: torch.arange(7, device=x.device),
     "start_end": lambda x: torch.arange(-3, 9, device=x.device),
@@ -116,6 +141,13 @@ RANGES = {
     "float16": lambda x: torch.arange(-5, 5, dtype=torch.float16, device=x.device),
     "float16_float_step": lambda x: torch.arange(
         0, 2, 0.125, dtype=torch.float16, device=x.device
+    ),
+    # an integer dtype with whole float bounds (relative positions, as Funnel makes)
+    "long_float_bounds": lambda x: torch.arange(
+        -32, 32, 1.0, dtype=torch.long, device=x.device
+    ),
+    "int32_float_bounds_down": lambda x: torch.arange(
+        10.0, -3.0, -2.0, dtype=torch.int32, device=x.device
     ),
     "empty": lambda x: torch.arange(3, 3, device=x.device),
     "big_values": lambda x: torch.arange(0, 10**11, 10**10, device=x.device),

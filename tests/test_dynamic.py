@@ -95,6 +95,34 @@ CASES = {
         lambda x: x[1:, ::2] * 3,
         lambda n, d: (torch.randn(n, 2 * n + 1, device=d),),
     ),
+    # a bound or a size that is another input's length: a causal mask made for 20
+    # positions cut to this input's, a row broadcast to its rows
+    "slice_to_a_length": (
+        lambda x, y: x[:, : y.shape[0]] * 2 + y,
+        lambda n, d: (torch.randn(3, 20, device=d), torch.randn(n, device=d)),
+    ),
+    "slice_from_a_length": (
+        lambda x, y: x[:, y.shape[0] :] * 2,
+        lambda n, d: (torch.randn(3, 20, device=d), torch.randn(n, device=d)),
+    ),
+    # MPT's alibi bias: the last n of 20 positions, from max(0, 20 - n), added to a
+    # tensor of length n: the slice's length must be n itself, not 20 - Max(0, 20 - n)
+    "slice_from_a_max": (
+        lambda y: torch.arange(60.0, device=y.device).view(3, 20)[
+            :, max(0, 20 - y.shape[0]) :
+        ]
+        + y,
+        lambda n, d: (torch.randn(n, device=d),),
+    ),
+    "expand_to_a_length": (
+        lambda x, y: x.expand(y.shape[0], 4) + y.unsqueeze(1),
+        lambda n, d: (torch.randn(1, 4, device=d), torch.randn(n, device=d)),
+    ),
+    # a decoder's inputs: the labels shifted right, a start token first
+    "shift_right": (
+        lambda x: torch.slice_scatter(x * 2, x[:, :-1], 1, 1),
+        lambda n, d: (torch.randn(3, n, device=d),),
+    ),
     "cat": (
         lambda x, y: torch.cat([x, y]) + 1,
         lambda n, d: (torch.randn(n, 3, device=d), torch.randn(2, 3, device=d)),
@@ -213,6 +241,20 @@ def test_a_row_too_long_for_the_persistent_kernel_compiles_again():
     assert len(graphs) == 2
     assert "for roffset" not in graphs[0].source
     assert "for roffset in range(0, rnumel, RBLOCK)" in graphs[1].source
+
+
+def test_a_slice_bound_past_the_end_compiles_again():
+    fn = lambda x, y: x[:, : y.shape[0]] * 2  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    x = torch.randn(3, 20)
+    with record_compiled() as graphs:
+        for n in (5, 9, 25, 30):
+            y = torch.randn(n)
+            torch.testing.assert_close(compiled(x, y), fn(x, y))
+    # the first graph guards `n <= 20`; 25 breaks it, and the second clamps to 20
+    assert len(graphs) == 2
+    assert [g.fallbacks for g in graphs] == [[], []]
 
 
 def test_an_op_that_needs_static_sizes_falls_back_alone(caplog):

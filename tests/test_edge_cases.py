@@ -131,3 +131,38 @@ def test_cat_promotes_over_skipped_empty_inputs(device):
     x = torch.randn(2, 3, device=device)
     run(lambda e, x: torch.cat([e, x]), empty, x, atol=0, rtol=0)
     run(lambda e, x: torch.cat([x, e, x.to(torch.int32)]), empty, x, atol=0, rtol=0)
+
+
+CHANNELS_LAST = {
+    # the output itself: eager's strides
+    "output": lambda x: (x + 1).clone(memory_format=torch.channels_last),
+    # read by a fallback (cumsum), which is given eager's strides
+    "into a fallback": lambda x: torch.cumsum(
+        (x * 2).contiguous(memory_format=torch.channels_last), 1
+    ),
+    # viewed, then reduced
+    "viewed": lambda x: (x.exp().clone(memory_format=torch.channels_last))
+    .flatten(2)
+    .sum(-1),
+    # interpolate of a channels-last image clones to channels-last in its decomposition
+    "interpolate": lambda x: F.interpolate(
+        x.contiguous(memory_format=torch.channels_last) * 3,
+        size=(5, 7),
+        mode="bilinear",
+        align_corners=False,
+    ),
+    "to with a dtype": lambda x: (x - 1).to(
+        torch.float16, memory_format=torch.channels_last
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(CHANNELS_LAST))
+def test_a_memory_format_changes_no_value(case, device):
+    x = torch.randn(2, 3, 4, 6, device=device)
+    fn = CHANNELS_LAST[case]
+    _, fallbacks = run(fn, x, atol=1e-3 if case.startswith("to") else 1e-5, rtol=1e-5)
+    assert fallbacks == (["aten.cumsum.default"] if case == "into a fallback" else [])
+    torch._dynamo.reset()
+    assert torch.compile(fn, backend="minductor")(x).stride() == fn(x).stride()

@@ -1,6 +1,6 @@
 """Hugging Face transformers models, compiled with minductor and compared with eager.
 
-Six families, each built tiny from its config (2 layers, hidden 64, 4 heads, feed-
+Eight families, each built tiny from its config (2 layers, hidden 64, 4 heads, feed-
 forward 128, vocabulary 128, batch 2, sequence 16, dropout 0) with random weights from
 torch.manual_seed: nothing is downloaded. The checks, on CPU tensors (the generated
 kernels run in Triton's interpreter):
@@ -238,6 +238,44 @@ def distilbert():
     return transformers.DistilBertForMaskedLM(cfg)
 
 
+def beit():
+    """ViT with a learned relative position bias per layer, which BEiT resizes to the
+    patch grid with a bilinear interpolate: the interpolate's decomposition clones the
+    table to channels-last, a copy in another storage order (chapter 7)."""
+    cfg = transformers.BeitConfig(
+        num_hidden_layers=LAYERS,
+        initializer_range=INIT,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        image_size=IMAGE,
+        patch_size=PATCH,
+        num_channels=CHANNELS,
+        num_labels=CLASSES,
+        use_relative_position_bias=True,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        drop_path_rate=0.0,  # BEiT's default drops whole residual branches at random
+    )
+    return transformers.BeitForImageClassification(cfg)
+
+
+def convnextv2():
+    """Depthwise convolutions, layer norm over channels-last activations, and global
+    response normalization: the Euclidean norm of each channel over the image,
+    torch.linalg.vector_norm (chapter 2)."""
+    cfg = transformers.ConvNextV2Config(
+        num_channels=CHANNELS,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        num_stages=2,
+        num_labels=CLASSES,
+        drop_path_rate=0.0,
+        initializer_range=INIT,
+    )
+    return transformers.ConvNextV2ForImageClassification(cfg)
+
+
 @dataclass(frozen=True)
 class Family:
     build: object  # () -> model
@@ -245,6 +283,8 @@ class Family:
     inference_fallbacks: frozenset = field(default_factory=frozenset)
     training_fallbacks: frozenset = field(default_factory=frozenset)
     labels_in_inference: bool = False
+    sdpa: bool = True  # attention is ATen's fused kernel (a convnet has none)
+    grad_tolerance: float = ATOL  # atol = rtol for the gradients
     xfail: dict = field(default_factory=dict)  # check -> reason
 
 
@@ -279,6 +319,12 @@ FAMILIES = {
     ),
     "vit": Family(vit, image_inputs),
     "distilbert": Family(distilbert, masked_lm_inputs),
+    # BEiT's class-token gradient (of order 10) differs from eager's by 8.3e-5
+    # relative; against the same step run in float64, ours is at most 1.35 times as
+    # far as eager's (measured): rounding, not a wrong gradient. The others are within
+    # 1e-5.
+    "beit": Family(beit, image_inputs, grad_tolerance=2e-4),
+    "convnextv2": Family(convnextv2, image_inputs, sdpa=False),
 }
 
 
@@ -339,7 +385,7 @@ def test_inference_matches_eager(name):
     assert graph.kernel_names, "the graph ran no kernel of ours"
     assert set(graph.fallbacks) == FAMILIES[name].inference_fallbacks
     # attention is one call to ATen's fused kernel, not matmuls and a softmax of ours
-    assert "scaled_dot_product" in graph.source
+    assert ("scaled_dot_product" in graph.source) == FAMILIES[name].sdpa
 
 
 @pytest.mark.parametrize("name", cases("training"))
@@ -361,7 +407,8 @@ def test_training_step_matches_eager(name):
     )
     missing = [n for n, g in expected.items() if g is None]
     assert not missing, f"eager gives no gradient to {missing}"
-    torch.testing.assert_close(grads, expected, atol=ATOL, rtol=RTOL)
+    tolerance = FAMILIES[name].grad_tolerance
+    torch.testing.assert_close(grads, expected, atol=tolerance, rtol=tolerance)
 
     assert len(graphs) == 2, "one forward and one backward graph"
     assert all(g.kernel_names for g in graphs), "a graph ran no kernel of ours"

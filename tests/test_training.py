@@ -62,6 +62,20 @@ CASES = {
         lambda x: x[1].sum() + x.diagonal().pow(2).sum() + x.unfold(1, 2, 1).sum(),
         [(5, 5)],
     ),
+    # weight norm by output channel (dim 0) and by the last dimension (dim 2, as in
+    # Wav2Vec2's positional convolution): a norm and arithmetic, forward and backward
+    "weight_norm_dim0": (
+        lambda v, g: torch._weight_norm(v, g, 0).sin().sum(),
+        [(4, 3, 5), (4, 1, 1)],
+    ),
+    "weight_norm_last_dim": (
+        lambda v, g: torch._weight_norm(v, g, 2).sin().sum(),
+        [(4, 3, 5), (1, 1, 5)],
+    ),
+    "normalize": (
+        lambda x: F.normalize(x, dim=-1).pow(3).sum(),
+        [(5, 7)],
+    ),
     "cat_pad": (
         lambda x, y: F.pad(torch.cat([x, y * 2], 1), (1, 1)).pow(2).sum(),
         [(3, 4), (3, 2)],
@@ -95,7 +109,7 @@ def test_gradients_match_eager(case, device):
     fn, shapes = CASES[case]
     forward, backward = grads(fn, shapes, device)
     assert backward.kernel_names, "the backward graph ran no kernel of ours"
-    assert backward.fallbacks == []
+    assert forward.fallbacks == backward.fallbacks == []
 
 
 @pytest.mark.parametrize("device", DEVICES)

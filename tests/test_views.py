@@ -143,6 +143,37 @@ def test_as_strided_of_an_input(device):
     run(lambda x: x.as_strided((2, 2), (1, 2)) * 2, x)
 
 
+AS_STRIDED_OF_COMPUTED = {  # x -> the value as_strided reads, eager's storage order
+    # contiguous: the storage is the value
+    "contiguous": lambda x: (x + 1).view(6, 4, 8),
+    # transposed (Longformer's chunks): the storage is the value in another order
+    "transposed": lambda x: (x + 1).transpose(0, 1),
+    "permuted 3-d": lambda x: (x * 2).permute(2, 0, 1),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(AS_STRIDED_OF_COMPUTED))
+def test_as_strided_of_a_computed_value_reads_eagers_storage(case, device):
+    x = torch.randn(4, 6, 8, device=device)
+    value = AS_STRIDED_OF_COMPUTED[case]
+    # overlapping windows: 5 chunks of 2 rows of 8, each starting 16 elements on
+    fn = lambda x: value(x).as_strided((5, 2, 8), (16, 48, 1)) * 3  # noqa: E731
+    _, fallbacks = run(fn, x, atol=0, rtol=0)
+    assert fallbacks == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_as_strided_of_a_value_in_a_larger_storage_runs_the_graph_with_aten(device):
+    # eager's storage holds the row before the slice too: ours cannot be the same
+    x = torch.randn(4, 6, device=device)
+    fn = lambda x: (x + 1)[1:].as_strided((2, 3), (1, 2)) * 2  # noqa: E731
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        torch.testing.assert_close(torch.compile(fn, backend="minductor")(x), fn(x))
+    assert graphs == []
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_unaligned_input_gives_the_right_answer(device):
     base = torch.randn(4097, device=device)

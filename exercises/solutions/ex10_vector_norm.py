@@ -15,11 +15,12 @@
 #
 # **Difficulty:** hard.
 #
-# **You will:** lower `aten.linalg_vector_norm` for every `ord`: the Euclidean norm,
-# the sum of magnitudes, the largest and the smallest magnitude, the count of
-# non-zeros, and the general `p`-norm. Each is one reduction (chapter 9's
-# `make_reduction`, with a `value_fn` that transforms each element before it is
-# combined) and a pointwise finish (a root).
+# **You will:** lower `aten.linalg_vector_norm` for every `ord`: the sum of
+# magnitudes, the largest and the smallest magnitude, the count of non-zeros, and the
+# general `p`-norm. (The Euclidean norm, `ord=2`, the one models use most, chapter 2
+# decomposes into `sqrt(sum(x * x))`, so it never reaches a lowering; yours may handle
+# it too.) Each is one reduction (chapter 9's `make_reduction`, with a `value_fn` that
+# transforms each element before it is combined) and a pointwise finish (a root).
 #
 # **It builds on** chapter 9 (*Reductions*): `make_reduction`, its `value_fn`, its
 # reduction types (`sum`, `max`, `min`), `_accumulator` (half precision accumulates
@@ -27,13 +28,14 @@
 # it (`graph.realize_intermediate`, in a lowering registered with `graph=True`);
 # chapter 6's `pointwise` with explicit `dtypes`.
 #
-# **Why it matters.** `torch.linalg.vector_norm` falls back today, and with it
-# everything built on it: `F.normalize`, `F.cosine_similarity`, gradient clipping.
-# The cell below compiles a cosine similarity: two ATen calls for the two norms, each
-# reading its input from memory a second time and writing its result for the kernel
-# that divides. Lowered, each norm is a reduction over the same rows as the dot
-# product, and the scheduler fuses all three and the division into one kernel that
-# reads `a` and `b` once.
+# **Why it matters.** `torch.linalg.vector_norm` of any other order falls back today,
+# and with it everything built on it: `F.normalize(x, p=1)` (rows that sum to one, as
+# histograms and mixing weights do), the infinity-norm gradient clipping of
+# `clip_grad_norm_(..., norm_type=inf)`. The cell below compiles the similarity of two
+# L1-normalized rows: two ATen calls for the two norms, each reading its input from
+# memory a second time and writing its result for the kernel that divides. Lowered,
+# each norm is a reduction over the same rows as the dot product, and the scheduler
+# fuses all three and the divisions into one kernel that reads `a` and `b` once.
 
 # %% [markdown]
 # ## Setup
@@ -82,12 +84,12 @@ def registered(op, lowering):
         lowerings.update(saved)
 
 
-def cosine(a, b):
-    return F.cosine_similarity(a, b, dim=-1)
+def l1_similarity(a, b):
+    return (F.normalize(a, p=1, dim=-1) * F.normalize(b, p=1, dim=-1)).sum(-1)
 
 
 a, b = torch.randn(6, 33), torch.randn(6, 33)
-_, graph = compile_once(cosine, a, b)
+_, graph = compile_once(l1_similarity, a, b)
 print(graph.fallbacks)
 print(graph.kernel_names)
 
@@ -230,21 +232,21 @@ def test_float16_float64_and_dtype():
     check(widened, h)
 
 
-def test_cosine_similarity_and_normalize():
+def test_l1_similarity_and_normalize():
     a, b = torch.randn(6, 33), torch.randn(6, 33)
-    graph = check(cosine, a, b)
-    assert len(graph.kernel_names) == 1, graph.kernel_names  # norms, dot, division
+    graph = check(l1_similarity, a, b)
+    assert len(graph.kernel_names) == 1, graph.kernel_names  # norms, dot, divisions
     assert "linalg_vector_norm" in graph.kernel_names[0], graph.kernel_names
     x = torch.randn(11, 7)
-    check(lambda x: F.normalize(x, dim=0), x)
+    check(lambda x: F.normalize(x, p=3, dim=0), x)
 
 
 def test_gradient_clipping_norm():
     grads = [torch.randn(31, 5), torch.randn(5), torch.randn(3, 3, 3)]
 
-    def total_norm(g0, g1, g2):
-        norms = [torch.linalg.vector_norm(g, 2) for g in (g0, g1, g2)]
-        return torch.linalg.vector_norm(torch.stack(norms), 2)
+    def total_norm(g0, g1, g2):  # clip_grad_norm_(..., norm_type=inf)'s total
+        norms = [torch.linalg.vector_norm(g, inf) for g in (g0, g1, g2)]
+        return torch.linalg.vector_norm(torch.stack(norms), inf)
 
     check(total_norm, *grads)
 
@@ -256,7 +258,7 @@ def test_gradient_clipping_norm():
 test_every_ord_over_rows_and_columns()
 test_strided_3d_and_size_one()
 test_float16_float64_and_dtype()
-test_cosine_similarity_and_normalize()
+test_l1_similarity_and_normalize()
 test_gradient_clipping_norm()
 
 # %% [markdown]
@@ -265,9 +267,9 @@ test_gradient_clipping_norm()
 # 1. `sum(a * a)` overflows in float32 once an element passes about `1.8e19`, where
 #    the norm itself is representable. Scale by `max(a)` first (a second reduction),
 #    as LAPACK's `nrm2` does; what does it cost in kernels and bytes?
-# 2. Train through your lowering: the gradient of `vector_norm` is `x / norm` times
-#    the incoming gradient (for `ord=2`). Does it fall back, and which ops does it
-#    reach the compiler as?
+# 2. Train through your lowering: the gradient of the L1 norm is `sign(x)` times the
+#    incoming gradient. Does it fall back, and which ops does it reach the compiler
+#    as?
 # 3. `inf`, `-inf`, `0` and `1` need no finish at all when the input is float32:
 #    the reduction's result is the norm. Count the kernels your lowering makes for
 #    each `ord` and explain the difference.
