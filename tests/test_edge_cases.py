@@ -157,6 +157,7 @@ CHANNELS_LAST = {
 }
 
 
+@pytest.mark.usefixtures("cumsum_falls_back")  # the stand-in for a fallback
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(CHANNELS_LAST))
 def test_a_memory_format_changes_no_value(case, device):
