@@ -539,6 +539,29 @@ _BORROWED = [
     aten.linspace.Tensor_Tensor,
     aten.linspace.Tensor_Scalar,
     aten.linspace.Scalar_Tensor,
+    # losses of detection and multi-label models (binary cross-entropy, Huber) and
+    # their gradients, two more activation gradients, and elementwise odds and ends
+    aten.binary_cross_entropy,
+    aten.binary_cross_entropy_backward,
+    aten.binary_cross_entropy_with_logits,
+    aten.huber_loss,
+    aten.huber_loss_backward,
+    aten.softplus_backward,
+    aten.mish_backward,
+    aten.threshold,
+    aten.nan_to_num,
+    aten.sinc,
+    aten.special_xlog1py,
+    aten.special_entr,
+    aten.nansum,
+    aten.trace,
+    # copies of views, and writing rows at indices
+    aten.narrow_copy,
+    aten.split_with_sizes_copy,
+    aten.unbind_copy,
+    aten.unfold_copy,
+    aten.zero,
+    aten.index_copy,
 ]
 
 
