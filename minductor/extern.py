@@ -35,12 +35,6 @@ EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
 }
 
 
-def realize_input(graph: GraphLowering, x: TensorBox) -> Buffer:
-    """x in memory; a view of a computed value as a strided window on it, if it can
-    (chapter 6's `realize_viewed`, which fallbacks use too)."""
-    return graph.realize_viewed(x)
-
-
 PAD_DIMS_FROM = 1024  # elements; shorter dimensions cost little either way
 
 
@@ -108,8 +102,9 @@ def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
     tensors = [a for a in args if isinstance(a, TensorBox)]
     if not all(t.get_dtype().is_floating_point for t in tensors):
         raise Unsupported("matmul of integers: no vendor kernel")
+    # a view of a computed value: a strided window on it (chapter 6), no copy
     args = tuple(
-        realize_input(graph, a) if isinstance(a, TensorBox) else a for a in args
+        graph.realize_viewed(a) if isinstance(a, TensorBox) else a for a in args
     )
     if op == aten.mm.default and (result := padded_mm(graph, *args)) is not None:
         return result

@@ -66,6 +66,11 @@ class GpuKernel:
     def __post_init__(self):
         self.key = repr((self.source, self.pointers, self.ints, self.constexprs))
 
+    @classmethod
+    def from_dict(cls, d: dict) -> GpuKernel:
+        """One written with dataclasses.asdict (its key is computed again)."""
+        return cls(**{k: v for k, v in d.items() if k != "key"})
+
 
 def _int_type(value) -> str:
     if isinstance(value, int) and -(2**31) <= value < 2**31:
@@ -137,8 +142,7 @@ def _child(manifest: str) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernels = [GpuKernel(**{k: v for k, v in d.items() if k != "key"}) for d in
-               json.load(open(manifest))]  # fmt: skip
+    kernels = [GpuKernel.from_dict(d) for d in json.load(open(manifest))]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, kernel in enumerate(kernels):

@@ -1202,7 +1202,7 @@ def gpu_compile_report(found: list[tuple[str, str, dict]]) -> int:
 
     kernels, cases = [], {}
     for op, dtype, k in found:
-        kernel = GpuKernel(**{f: v for f, v in k.items() if f != "key"})
+        kernel = GpuKernel.from_dict(k)
         kernel.graph = f"{op} {dtype}"
         kernels.append(kernel)
         cases.setdefault(kernel.key, []).append(kernel.graph)
