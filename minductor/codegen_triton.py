@@ -95,6 +95,7 @@ class TritonOverrides:
     signbit = staticmethod(lambda x: f"helpers.signbit({x})")
     rand = staticmethod(lambda seed, offset: f"tl.rand({seed}, {offset})")
     randn = staticmethod(lambda seed, offset: f"tl.randn({seed}, {offset})")
+    logaddexp = "helpers.logaddexp_libdevice"  # the combine of logcumsumexp's scan
 
     @staticmethod
     def where(c, a, b):
@@ -131,6 +132,7 @@ class InterpreterOverrides(TritonOverrides):
     tanh = staticmethod(lambda x: f"helpers.tanh({x})")
     sigmoid = staticmethod(lambda x: f"helpers.sigmoid({x})")
     log10 = staticmethod(lambda x: f"tl.log2({x}) * 0.30102999566398120")  # log10(2)
+    logaddexp = "helpers.logaddexp"
 
     @staticmethod
     def to_dtype(x, dtype):
@@ -241,7 +243,7 @@ def welford_reduction(k, src_dtype, value: str):
 SCANS = {
     "cumsum": ("0", "tl.cumsum({}, 1)"),
     "cumprod": ("1", "tl.cumprod({}, 1)"),
-    "logcumsumexp": ('float("-inf")', "tl.associative_scan({}, 1, helpers.logaddexp)"),
+    "logcumsumexp": ('float("-inf")', "tl.associative_scan({}, 1, {logaddexp})"),
 }
 
 
@@ -557,7 +559,8 @@ class KernelOpsHandler:
         identity, template = SCANS[scan_type]
         spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
-        return self._tracked(template.format(masked), along_r=True)
+        scan = template.format(masked, logaddexp=k.overrides.logaddexp)
+        return self._tracked(scan, along_r=True)
 
     def store_reduction(self, name, index, value):
         index_s = self._index(index)

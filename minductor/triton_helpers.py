@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -160,3 +161,12 @@ def logaddexp(a, b):
     bottom = minimum(a, b)
     same_infinity = (top == bottom) & (tl.abs(top) == float("inf"))
     return tl.where(same_infinity, top, top + log1p(tl.exp(bottom - top)))
+
+
+@triton.jit
+def logaddexp_libdevice(a, b):
+    top = maximum(a, b)
+    bottom = minimum(a, b)
+    same_infinity = (top == bottom) & (tl.abs(top) == float("inf"))
+    tail = libdevice.log1p(libdevice.exp(bottom - top))
+    return tl.where(same_infinity, top, top + tail)

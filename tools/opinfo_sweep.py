@@ -118,6 +118,26 @@ UNINITIALIZED = {
 }  # fmt: skip
 # Other skips, each with its reason: {op variant: reason}.
 SKIPS: dict[str, str] = {}
+# Outputs left out of the comparison, by position, each with its reason. The CUDA
+# attention kernels return the state of the random generator they were given (a Philox
+# seed and offset): the compiled call runs after eager's, from another state, and
+# without dropout the kernels leave these outputs uninitialized.
+UNCOMPARED_OUTPUTS: dict[str, tuple[frozenset[int], str]] = {
+    "torch.ops.aten._flash_attention_forward": (
+        frozenset({2, 3}), "Philox seed and offset of the random generator"
+    ),
+    "torch.ops.aten._efficient_attention_forward": (
+        frozenset({2, 3}), "Philox seed and offset of the random generator"
+    ),
+}
+
+
+def _uncompared(name: str, out):
+    """out with the outputs UNCOMPARED_OUTPUTS names for this op replaced by None."""
+    drop = UNCOMPARED_OUTPUTS.get(name, (frozenset(), ""))[0]
+    if not drop or not isinstance(out, (tuple, list)):
+        return out
+    return tuple(None if i in drop else o for i, o in enumerate(out))
 
 
 GPU_COMPILE_ENV = "MINDUCTOR_SWEEP_GPU_COMPILE"
@@ -131,13 +151,14 @@ def skip_reason(op) -> str | None:
     name = full_name(op)
     if name in SKIPS:
         return SKIPS[name]
-    if name in UNINITIALIZED or op.has_nondeterministic_output:
+    # getattr: OpInfo gained this flag after torch 2.11, the GPU machine's version
+    if name in UNINITIALIZED or getattr(op, "has_nondeterministic_output", False):
         return "outputs uninitialized or nondeterministic memory"
     if name not in NOT_RANDOM and any(w in name for w in RANDOM_WORDS):
         return "random op"
     if getattr(op, "nondeterministic_seeded", False):
         return "random op (nondeterministic_seeded)"
-    if op.skip_correctness_check_compile_vs_eager:
+    if getattr(op, "skip_correctness_check_compile_vs_eager", False):
         return "OpInfo says: skip compile-vs-eager correctness"
     return None
 
@@ -635,7 +656,10 @@ def run_case(
             # compare: outputs, mutated inputs, gradients
             try:
                 ref = _Reference(call, sample, dtype)
-                compare(c_out, e_out, "output", case, ref.out)
+                compare(
+                    _uncompared(name, c_out), _uncompared(name, e_out), "output", case,
+                    lambda: _uncompared(name, ref.out()),
+                )
                 compare(c_in, e_in, "input after the call", case, ref.inputs)
                 if e_grads is not None:
                     rec["backward_samples"] += 1
