@@ -28,6 +28,7 @@ from minductor.ir import (
 )
 from minductor.lowering import (
     Unsupported,
+    add,
     aten,
     layout_decisions,
     layout_rules,
@@ -41,6 +42,7 @@ from minductor.sizevars import (
     affine_coefficients,
     index_vars,
 )
+from minductor.views import view
 
 log = logging.getLogger("minductor")
 
@@ -487,13 +489,16 @@ def _layout(meta: torch.Tensor) -> FixedLayout:
 
 @register_lowering(aten.convolution, graph=True)
 def convolution(graph, x, weight, bias, *options):
+    if bias is not None:  # a pointwise add, which fuses into the next kernel
+        out = convolution(graph, x, weight, None, *options)
+        per_channel = [bias.get_size()[0]] + [1] * (len(x.get_size()) - 2)
+        return add(out, view(bias, per_channel))
     if not graph.layout_opt or len(x.get_size()) != 4:
-        return extern_alloc(graph, x, weight, bias, *options)
+        return extern_alloc(graph, x, weight, None, *options)
     x, weight = _channels_last(graph, x), _channels_last(graph, weight)
-    bias = bias.realize(graph) if bias is not None else None
     target, meta = aten.convolution.default, graph.current_node.meta["val"]
     buf = FallbackKernel(
-        graph.new_buffer_name(), _layout(meta), target, (x, weight, bias, *options), {}
+        graph.new_buffer_name(), _layout(meta), target, (x, weight, None, *options), {}
     )
     graph.register_buffer(buf)
     graph.extern_kernels.append(str(target))

@@ -190,13 +190,41 @@ def test_nothing_is_converted_between_two_convolutions(device):
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
     assert out.stride() == expected.stride()
     (graph,) = graphs
-    # batch norm and ReLU are the one kernel; input, weights and output need no copy
-    assert len(graph.kernel_names) == 1
+    # batch norm and ReLU are one kernel, the last convolution's bias the other (ATen
+    # would add it with a kernel of its own); input, weights and output need no copy
+    assert len(graph.kernel_names) == 2
+    call = graph.source[graph.source.index("def call"):].replace("cuda", "cpu")
+    # batch norm's output, channels-last; the bias kernel writes into its memory
+    assert call.count("empty_strided") == 1
+    assert "empty_strided_cpu((2, 72, 5, 6), (2160, 1, 432, 72)" in call
+    assert "buf3 = buf1  # reuse" in call
+    assert call.count("aten.convolution.default(") == 2
+    assert "aten.convolution.default(buf" in call and ", None, [1, 1]" in call
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_convolutions_bias_fuses_into_what_reads_it(device, dtype, dims):
+    if dtype == torch.bfloat16 and device == "cpu" and dims != 2:
+        pytest.skip("slow in the interpreter; two dimensions cover the CPU")
+    torch.manual_seed(0)
+    conv = getattr(torch.nn, f"Conv{dims}d")
+    net = torch.nn.Sequential(conv(6, 10, 3, padding=1), torch.nn.GELU())
+    net = net.to(device, dtype).eval()
+    x = torch.randn(2, 6, *[5, 7, 3][:dims], device=device, dtype=dtype)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(net, backend="minductor")(x)
+        expected = net(x)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+    (graph,) = graphs
+    assert graph.fallbacks == []
+    assert len(graph.kernel_names) == 1  # the bias add and the GELU
+    assert graph.kernel_names[0].endswith("fused_convolution_gelu_0")
     call = graph.source[graph.source.index("def call"):]
-    assert call.count("empty_strided") == 1  # batch norm's output, channels-last:
-    assert "empty_strided_cpu((2, 72, 5, 6), (2160, 1, 432, 72)" in call.replace(
-        "cuda", "cpu"
-    )
+    assert ", None, [1" in call  # the convolution is called without its bias
 
 
 class UNetStep(torch.nn.Module):  # down, up, and a skip joined along the channels
