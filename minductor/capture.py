@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -196,7 +198,25 @@ def minductor_backend(
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph
     )
-    return backend(gm, example_inputs)
+    try:
+        return backend(gm, example_inputs)
+    except Exception as error:
+        if not _raised_in_torch(error):
+            raise
+        first = (str(error).splitlines() or [""])[0]
+        log.warning(
+            "minductor: PyTorch could not trace this graph for compiling (%s: %s); "
+            "it runs eagerly, op by op", type(error).__name__, first,
+        )  # fmt: skip
+        return gm.forward
+
+
+def _raised_in_torch(error: BaseException) -> bool:
+    """Whether error came from PyTorch's own tracing: no frame below the backend's is
+    one of ours (the compilers, the lowerings)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frames = traceback.extract_tb(error.__traceback__)[1:]
+    return not any(os.path.abspath(f.filename).startswith(package) for f in frames)
 
 
 def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:

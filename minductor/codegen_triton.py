@@ -69,7 +69,7 @@ class TritonOverrides:
     bitwise_not = staticmethod(lambda x: f"~{x}")
     neg = staticmethod(lambda x: f"-{x}")
     abs = staticmethod(lambda x: f"tl.abs({x})")
-    exp = staticmethod(lambda x: f"tl.exp({x})")
+    exp = staticmethod(lambda x: f"libdevice.exp({x})")
     exp2 = staticmethod(lambda x: f"tl.exp2({x})")
     expm1 = staticmethod(lambda x: f"libdevice.expm1({x})")
     log = staticmethod(lambda x: f"tl.log({x})")
@@ -127,6 +127,7 @@ class InterpreterOverrides(TritonOverrides):
     """For kernels run by Triton's interpreter: no libdevice, no tl.sigmoid."""
 
     pow = staticmethod(lambda a, b: f"helpers.pow({a}, {b})")
+    exp = staticmethod(lambda x: f"tl.exp({x})")
     expm1 = staticmethod(lambda x: f"helpers.expm1({x})")
     log1p = staticmethod(lambda x: f"helpers.log1p({x})")
     tanh = staticmethod(lambda x: f"helpers.tanh({x})")

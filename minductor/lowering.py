@@ -516,6 +516,49 @@ class MixedDeviceError(RuntimeError):
     pass
 
 
+def _on(value: Any) -> set[torch.device]:
+    """The devices of the tensors in a node's value (a tensor, or a tuple of them)."""
+    leaves = value if isinstance(value, (tuple, list)) else [value]
+    return {t.device for t in leaves if isinstance(t, torch.Tensor)}
+
+
+# views whose result stays where their input is: idx[:2] of a CPU index is on the CPU
+_DEVICE_VIEWS = {
+    aten.slice.Tensor, aten.select.int, aten.view.default, aten._unsafe_view.default,
+    aten.unsqueeze.default, aten.squeeze.dim, aten.expand.default, aten.alias.default,
+}  # fmt: skip
+
+
+def _read_on(node: torch.fx.Node, gpus: set[torch.device]) -> bool:
+    """Whether every reader of node computes on the GPU, through views of it."""
+    readers = list(node.users)
+    return bool(readers) and all(
+        r.op == "call_function"
+        and (
+            _on(r.meta.get("val")) == gpus
+            or (r.target in _DEVICE_VIEWS and _read_on(r, gpus))
+        )
+        for r in readers
+    )
+
+
+def _moved_to_device(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> set[str]:
+    """CPU inputs that eager would copy to the graph's one GPU: each reader of one
+    computes there (a 0-dim tensor read as a number, index tensors)."""
+    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
+    gpus = {d for d in devices if d.type != "cpu"}
+    if len(gpus) != 1 or len(devices) == 1:
+        return set()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {
+        node.name
+        for node, value in zip(placeholders, inputs)
+        if isinstance(value, torch.Tensor)
+        and value.device.type == "cpu"
+        and _read_on(node, gpus)
+    }
+
+
 def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device | None:
     where = {n: t.device for n, t in zip(names, inputs) if isinstance(t, torch.Tensor)}
     if len({d.type for d in where.values()}) > 1 or len(set(where.values())) > 1:
@@ -566,7 +609,9 @@ class GraphLowering(torch.fx.Interpreter):
     ):
         super().__init__(gm)
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-        self.device = _check_devices(names, example_inputs)
+        self.moved_inputs = _moved_to_device(gm, example_inputs)  # `call` copies them
+        kept = [(n, x) for n, x in zip(names, example_inputs) if n not in self.moved_inputs]
+        self.device = _check_devices([n for n, _ in kept], [x for _, x in kept])
         self.example_inputs = list(example_inputs)
         self.sizevars = (  # Dynamo's symbols, hints and ranges, if sizes are symbolic
             SizeVarAllocator.from_shape_env(shape_env)
@@ -618,7 +663,10 @@ class GraphLowering(torch.fx.Interpreter):
                 log.debug(
                     "input %s has dtype %s; ops on it fall back", name, value.dtype
                 )
-            box = TensorBox(InputBuffer(name, FixedLayout.from_tensor(value)))
+            layout = FixedLayout.from_tensor(value)
+            if name in self.moved_inputs:  # a contiguous copy on the graph's GPU
+                layout = FixedLayout.contiguous(self.device, value.dtype, layout.size)
+            box = TensorBox(InputBuffer(name, layout))
             self.graph_inputs[name] = box
             return box
         if isinstance(value, torch.SymInt):

@@ -570,6 +570,9 @@ class WrapperCodeGen:
         if names:
             body += [", ".join(names) + ("," if len(names) == 1 else "") + " = args"]
         body += ["args.clear()"]
+        to = f"to({str(self.graph.device)!r}, memory_format=torch.contiguous_format)"
+        for name in sorted(self.graph.moved_inputs):  # CPU inputs eager moves itself
+            body += [f"{name} = {name}.{to}"]
         work = self.bind_sizes()
         for line in self.lines:
             work += line.codegen().splitlines()

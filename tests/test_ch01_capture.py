@@ -346,3 +346,48 @@ def test_unknown_option_or_mode_or_wrong_type_is_a_clear_error():
     compiled = torch.compile(_chain, backend="minductor", options={"no_such": 1})
     with pytest.raises(Exception, match="unknown option 'no_such'"):
         compiled(torch.randn(3))
+
+
+@torch.library.custom_op("minductor_test::doubled", mutates_args=())
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_doubled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _broken_formula(ctx, grad):  # like a PyTorch release's buggy derivative
+    raise TypeError("formula() got multiple values for argument 'scale'")
+
+
+_doubled.register_autograd(_broken_formula)
+
+
+def test_a_graph_pytorch_cannot_trace_runs_eagerly(caplog):
+    # AOTAutograd traces the backward through the op's formula, which raises: not an
+    # error of ours, so the graph runs op by op, and says so
+    torch._dynamo.reset()
+    x = torch.randn(5, requires_grad=True)
+    fn = lambda x: _doubled(x.sin()) + 1  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="minductor"), record_compiled() as g:
+        got = torch.compile(fn, backend="minductor")(x)
+    torch.testing.assert_close(got, fn(x))
+    assert g == []  # nothing compiled
+    assert "PyTorch could not trace this graph" in caplog.text
+    assert "got multiple values for argument 'scale'" in caplog.text
+    with pytest.raises(TypeError, match="multiple values"):
+        got.sum().backward()  # what eager does with the same formula
+
+
+def test_an_error_in_our_own_code_still_propagates(monkeypatch):
+    from minductor.lowering import lowerings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in a lowering")
+
+    monkeypatch.setitem(lowerings, torch.ops.aten.sin.default, broken)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="a bug in a lowering"):
+        torch.compile(lambda x: x.sin() + 1, backend="minductor")(torch.randn(3))

@@ -32,6 +32,7 @@ from minductor.ir import (
 from minductor.lowering import (
     GraphLowering,
     MixedDeviceError,
+    _moved_to_device,
     _check_devices,
     broadcast_shapes,
     lowerings,
@@ -535,6 +536,31 @@ def test_graph_lowering_refuses_mixed_devices_up_front():
     gm = make_fx(lambda a, b: (a + 1, b + 1))(torch.empty(3), torch.empty(3))
     with pytest.raises(MixedDeviceError, match="a_1 on cpu, b_1 on meta"):
         GraphLowering(gm, [torch.empty(3), torch.empty(3, device="meta")])
+
+
+def _moved(fn, *inputs):
+    return _moved_to_device(make_fx(fn)(*inputs), inputs)
+
+
+def test_cpu_inputs_that_eager_moves_to_the_gpu_are_moved():
+    # "meta" stands in for a GPU: a device other than the CPU
+    x, v = torch.empty(5, 3, device="meta"), torch.empty(2, 3, device="meta")
+    idx, scale = torch.tensor([1, 3]), torch.tensor(2.0)
+    # a 0-dim CPU tensor read as a number, and CPU index tensors: eager copies them
+    assert _moved(lambda x, s: x * s, x, scale) == {"s_1"}
+    assert _moved(lambda x, i: x[i], x, idx) == {"i_1"}
+    assert _moved(
+        lambda x, i, v: torch.index_put(x, (i,), v), x, idx, v
+    ) == {"i_1"}
+    # through a view that stays on the CPU: eager moves the view
+    assert _moved(lambda x, i: x[i[:1]], x, idx) == {"i_1"}
+    # a reader that computes on the CPU keeps its input there: still an error
+    assert _moved(lambda x, i: (x[i], i + 1), x, idx) == set()
+    gm = make_fx(lambda x, i: (x[i], i + 1))(x, idx)
+    with pytest.raises(MixedDeviceError, match="i_1 on cpu"):
+        GraphLowering(gm, [x, idx])
+    # one device, or no GPU at all: nothing moves
+    assert _moved(lambda a, b: a + b, torch.ones(2), torch.tensor(1.0)) == set()
 
 
 # --- the check against eager ----------------------------------------------------------

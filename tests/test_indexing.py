@@ -476,3 +476,35 @@ def test_a_tensor_constant_in_the_graph_is_passed_as_an_input(device):
         kernels, fallbacks = run(f, torch.randn(3, 4, device=device))
     assert (len(kernels), fallbacks) == (1, [])
     assert [c.tolist() for c in graphs[-1].constants] == [[1.0, 2.0, 3.0, 4.0]]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "case", ["index", "index_put", "index_put accumulate", "0-dim scalar", "setitem"]
+)
+def test_cpu_index_tensors_and_scalars_with_cuda_tensors(case):
+    # eager copies CPU index tensors and 0-dim CPU tensors to the GPU itself
+    x = torch.randn(7, 5, device="cuda")
+    idx = torch.tensor([4, 0, 4, 6])  # on the CPU, with a repeat
+    v = torch.randn(4, 5, device="cuda")
+    scale = torch.tensor(3.0)  # on the CPU
+
+    def fn(x, idx, v, scale):
+        if case == "index":
+            return x[idx] * 2
+        if case == "index_put":
+            return torch.index_put(x, (idx,), v)
+        if case == "index_put accumulate":
+            return torch.index_put(x, (idx,), v, accumulate=True)
+        if case == "0-dim scalar":
+            return x * scale + v.sum()
+        y = x.clone()
+        y[idx[:2]] = 0.5
+        return y
+
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        got = torch.compile(fn, backend="minductor")(x, idx, v, scale)
+    torch.testing.assert_close(got, fn(x, idx, v, scale))
+    calls = "".join(g.source[g.source.index("def call"):] for g in graphs)
+    assert ".to('cuda:0', memory_format=torch.contiguous_format)" in calls

@@ -1,0 +1,131 @@
+"""Where the host's time goes in minductor's `call` for one model of the suite.
+
+The generated module's runtime names (launch, the allocation and view helpers, the
+extern kernels, every ATen op it calls) are replaced by timing wrappers, one model step
+is run a few times, and the time inside each name is summed per step; what is left of
+the step is the wrapper's own Python (assignments, `del`, the calls' argument lists).
+Then each ATen op the step called is timed again through its plain `torch.*` binding,
+with the same arguments, to see what calling through `torch.ops.aten` costs. Run on a GPU:
+    PYTHONPATH=$PWD python tools/host_breakdown.py mobilenet_v3_large inference bf16
+"""
+
+import collections
+import sys
+import time
+
+import torch
+
+from minductor.capture import record_compiled
+from minductor.models import DTYPES, on_device, step
+from minductor.runtime import load_module
+
+sys.path.insert(0, "tools")
+from profile_model import build  # noqa: E402
+
+totals: dict[str, float] = collections.defaultdict(float)
+counts: dict[str, int] = collections.defaultdict(int)
+aten_calls: list[tuple] = []
+
+
+def timed(name, fn):
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[name] += time.perf_counter_ns() - t
+            counts[name] += 1
+
+    return wrapper
+
+
+class Overloads:  # aten.convolution -> .default, timed under the op's name
+    def __init__(self, packet):
+        self.packet = packet
+
+    def __getattr__(self, overload):
+        op = getattr(self.packet, overload)
+        name = f"aten.{self.packet._qualified_op_name.split('::')[1]}.{overload}"
+
+        def call(*args, **kwargs):
+            aten_calls.append((op, args, kwargs))
+            return timed(name, op)(*args, **kwargs)
+
+        return call
+
+
+class Aten:
+    def __getattr__(self, name):
+        return Overloads(getattr(torch.ops.aten, name))
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test
+sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+
+
+def main(name: str, mode: str, dtype: str) -> None:
+    training = mode == "training"
+    model, inputs = build(name, training)
+    model = model.to(DEVICE, DTYPES[dtype]).train(training)
+    x = on_device(inputs, DEVICE, DTYPES[dtype])
+    fn = torch.compile(model, backend="minductor")
+    with record_compiled() as graphs:
+        for _ in range(3):
+            step(fn, x, training)
+    sync()
+    t = time.perf_counter()
+    for _ in range(5):
+        step(fn, x, training)
+    host = (time.perf_counter() - t) / 5 * 1e3  # may wait for the GPU at the end
+    sync()
+    for g in graphs:
+        module = load_module(g.source)
+        names = ["launch", "empty_strided_cuda", "empty_strided_cpu", "reinterpret_tensor", "restride"]
+        for n in names:
+            if hasattr(module, n):
+                setattr(module, n, timed(n, getattr(module, n)))
+        ext = module.extern_kernels
+        for n in list(vars(ext)):
+            setattr(ext, n, timed(f"extern_kernels.{n}", getattr(ext, n)))
+        module.aten = Aten()
+    steps = 5
+    totals.clear(), counts.clear(), aten_calls.clear()
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step(fn, x, training)
+    patched = (time.perf_counter() - t) / steps * 1e3
+    sync()
+    inside = sum(totals.values()) / steps / 1e6
+    print(f"{name} {mode} {dtype}: a step takes {host:.2f} ms of host time, "
+          f"{patched:.2f} ms with the timing wrappers, of which {inside:.2f} ms inside "
+          f"the names below and {patched - inside:.2f} ms elsewhere (the wrapper's own "
+          "Python, Dynamo's guards, AOTAutograd, the wrappers' overhead)")
+    print("| name | calls/step | µs/call | ms/step |\n|---|---:|---:|---:|")
+    for n, ns in sorted(totals.items(), key=lambda kv: -kv[1]):
+        c = counts[n] / steps
+        print(f"| {n} | {c:.0f} | {ns / counts[n] / 1e3:.2f} | {ns / steps / 1e6:.3f} |")
+    # the same ATen calls through torch.* bindings, and through the OpOverload
+    one_step = aten_calls[: len(aten_calls) // steps]
+    rows = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for op, args, kwargs in one_step:
+        binding = getattr(torch, op._schema.name.split("::")[1], None)
+        if binding is None or op._overloadname not in ("default", ""):
+            continue
+        for k, f in ((1, op), (2, binding)):
+            f(*args, **kwargs)
+            sync()
+            t = time.perf_counter_ns()
+            for _ in range(20):
+                f(*args, **kwargs)
+            rows[str(op)][k] += (time.perf_counter_ns() - t) / 20 / 1e3
+            sync()
+        rows[str(op)][0] += 1
+    print("\n| op | calls/step | µs/call, torch.ops.aten | µs/call, torch.* |")
+    print("|---|---:|---:|---:|")
+    for op, (n, a, b) in rows.items():
+        print(f"| {op} | {n} | {a / n:.2f} | {b / n:.2f} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
