@@ -14,6 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.exc import TorchDynamoException
 
 from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
@@ -201,7 +202,8 @@ def minductor_backend(
     try:
         return backend(gm, example_inputs)
     except Exception as error:
-        if not _raised_in_torch(error):
+        # Dynamo's own signals (restart the analysis, skip the frame) are not failures
+        if isinstance(error, TorchDynamoException) or not _raised_in_torch(error):
             raise
         first = (str(error).splitlines() or [""])[0]
         log.warning(
@@ -212,11 +214,17 @@ def minductor_backend(
 
 
 def _raised_in_torch(error: BaseException) -> bool:
-    """Whether error came from PyTorch's own tracing: no frame below the backend's is
-    one of ours (the compilers, the lowerings)."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    """Whether error came from PyTorch's own tracing: raised in PyTorch's code, and no
+    frame below the backend's is one of ours (the compilers, the lowerings)."""
+    ours = os.path.dirname(os.path.abspath(__file__))
+    theirs = os.path.dirname(os.path.abspath(torch.__file__))
     frames = traceback.extract_tb(error.__traceback__)[1:]
-    return not any(os.path.abspath(f.filename).startswith(package) for f in frames)
+    files = [os.path.abspath(f.filename) for f in frames]
+    return (
+        bool(files)
+        and files[-1].startswith(theirs)
+        and not any(f.startswith(ours) for f in files)
+    )
 
 
 def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:

@@ -359,7 +359,8 @@ def _(x):
 
 
 def _broken_formula(ctx, grad):  # like a PyTorch release's buggy derivative
-    raise TypeError("formula() got multiple values for argument 'scale'")
+    # the error is raised inside PyTorch's code, as such a bug's would be
+    torch._check(False, lambda: "formula() got multiple values for argument 'scale'")
 
 
 _doubled.register_autograd(_broken_formula)
@@ -377,8 +378,25 @@ def test_a_graph_pytorch_cannot_trace_runs_eagerly(caplog):
     assert g == []  # nothing compiled
     assert "PyTorch could not trace this graph" in caplog.text
     assert "got multiple values for argument 'scale'" in caplog.text
-    with pytest.raises(TypeError, match="multiple values"):
+    with pytest.raises(RuntimeError, match="multiple values"):
         got.sum().backward()  # what eager does with the same formula
+
+
+def test_an_error_raised_outside_pytorch_propagates():
+    # the same failure, raised by code that is not PyTorch's (a test, an exercise)
+    @torch.library.custom_op("minductor_test::tripled", mutates_args=())
+    def tripled(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    tripled.register_fake(lambda x: torch.empty_like(x))
+
+    def formula(ctx, grad):
+        raise NotImplementedError("an exercise's stub")
+
+    tripled.register_autograd(formula)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="an exercise's stub"):
+        torch.compile(tripled, backend="minductor")(torch.randn(3, requires_grad=True))
 
 
 def test_an_error_in_our_own_code_still_propagates(monkeypatch):

@@ -1,11 +1,13 @@
-"""Where the host's time goes in minductor's `call` for one model of the suite.
+"""Where the host's time goes in a compiled `call` for one model of the suite.
 
 The generated module's runtime names (launch, the allocation and view helpers, the
 extern kernels, every ATen op it calls) are replaced by timing wrappers, one model step
 is run a few times, and the time inside each name is summed per step; what is left of
 the step is the wrapper's own Python (assignments, `del`, the calls' argument lists).
 Then each ATen op the step called is timed again through its plain `torch.*` binding,
-with the same arguments, to see what calling through `torch.ops.aten` costs. Run on a GPU:
+with the same arguments, to see what calling through `torch.ops.aten` costs. With a
+fourth argument, `inductor`, the same for Inductor's generated code (its extern kernels,
+allocations, stride asserts and kernel launches). Run on a GPU:
     PYTHONPATH=$PWD python tools/host_breakdown.py mobilenet_v3_large inference bf16
 """
 
@@ -63,12 +65,30 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test
 sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
 
 
-def main(name: str, mode: str, dtype: str) -> None:
+def patch_inductor() -> None:
+    """Timing wrappers where Inductor's generated modules find their runtime names."""
+    from torch._inductor import select_algorithm
+    from torch._inductor.runtime import triton_heuristics
+
+    ext = select_algorithm.extern_kernels
+    for n in ("convolution", "mm", "addmm", "bmm", "baddbmm"):
+        if hasattr(ext, n):
+            setattr(ext, n, timed(f"extern_kernels.{n}", getattr(ext, n)))
+    guards = torch._C._dynamo.guards
+    for n in ("_empty_strided_cuda", "assert_size_stride", "_reinterpret_tensor"):
+        setattr(guards, n, timed(n, getattr(guards, n)))
+    tuner = triton_heuristics.CachingAutotuner
+    tuner.run = timed("CachingAutotuner.run", tuner.run)
+
+
+def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
     training = mode == "training"
     model, inputs = build(name, training)
     model = model.to(DEVICE, DTYPES[dtype]).train(training)
     x = on_device(inputs, DEVICE, DTYPES[dtype])
-    fn = torch.compile(model, backend="minductor")
+    if backend == "inductor":
+        patch_inductor()  # before compiling: the modules bind the names on import
+    fn = torch.compile(model, backend=backend)
     with record_compiled() as graphs:
         for _ in range(3):
             step(fn, x, training)
@@ -78,7 +98,7 @@ def main(name: str, mode: str, dtype: str) -> None:
         step(fn, x, training)
     host = (time.perf_counter() - t) / 5 * 1e3  # may wait for the GPU at the end
     sync()
-    for g in graphs:
+    for g in graphs if backend == "minductor" else ():
         module = load_module(g.source)
         names = ["launch", "empty_strided_cuda", "empty_strided_cpu", "reinterpret_tensor", "restride"]
         for n in names:
@@ -97,7 +117,7 @@ def main(name: str, mode: str, dtype: str) -> None:
     patched = (time.perf_counter() - t) / steps * 1e3
     sync()
     inside = sum(totals.values()) / steps / 1e6
-    print(f"{name} {mode} {dtype}: a step takes {host:.2f} ms of host time, "
+    print(f"{name} {mode} {dtype} {backend}: a step takes {host:.2f} ms of host time, "
           f"{patched:.2f} ms with the timing wrappers, of which {inside:.2f} ms inside "
           f"the names below and {patched - inside:.2f} ms elsewhere (the wrapper's own "
           "Python, Dynamo's guards, AOTAutograd, the wrappers' overhead)")
@@ -128,4 +148,4 @@ def main(name: str, mode: str, dtype: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -98,7 +98,13 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 # compiled may be this many times as far from the float64 reference as eager is
 REFERENCE_MULTIPLIER = 2.0
 # per-op tolerance overrides: {(op variant, dtype name): (atol, rtol)}, with a reason
-TOLERANCE_OVERRIDES: dict[tuple[str, str], tuple[float, float]] = {}
+TOLERANCE_OVERRIDES: dict[tuple[str, str], tuple[float, float]] = {
+    # a sample sets its first slice (t[0]) to 10000, where a float32 ulp is 1e-3; the
+    # gradient adds and subtracts values of that size, so any other order of the scan's
+    # sums moves it by about 1e-3 (on an H100: 3e-3 at a gradient of 2.66). Inductor's
+    # OpInfo test allows the same for this op's gradients (atol 8e-4, rtol 1e-3).
+    ("logcumsumexp", "float32"): (8e-4, 1e-3),
+}
 
 # Random ops: compiled code draws other random numbers than eager.
 RANDOM_WORDS = (
