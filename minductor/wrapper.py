@@ -119,7 +119,24 @@ def codegen_call_args(node: FallbackKernel) -> list[str]:
 
 def codegen_op(op: Any) -> str:
     name = str(op)
+    if binding(op) is not None:
+        return f"torch.{op._schema.name.split('::')[1]}"
     return name if name.startswith("aten.") else f"torch.ops.{name}"
+
+
+@functools.lru_cache(maxsize=None)
+def binding(op: Any) -> Any:
+    """torch's own binding of an ATen op, where calling it cannot pick another
+    overload: the op is its packet's only one, but for an `out=` variant."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return None
+    if op._overloadname != "default" or set(op._overloadpacket.overloads()) - {
+        "default", "out"
+    }:
+        return None
+    name = op._schema.name.split("::")[1]
+    bound = getattr(torch._C._VariableFunctions, name, None)
+    return bound if bound is not None and getattr(torch, name, None) is bound else None
 
 
 def restride_line(buf: Buffer, aten_only: bool) -> str:

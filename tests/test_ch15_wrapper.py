@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import sympy
 import torch
+import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.capture import record_compiled
@@ -35,6 +36,8 @@ from minductor.wrapper import (
     ReinterpretLine,
     ReuseLine,
     WrapperCodeGen,
+    binding,
+    codegen_op,
     codegen_arg,
     codegen_op,
 )
@@ -202,7 +205,7 @@ def test_fallback_result_is_given_its_planned_layout_by_restride(monkeypatch):
     x = randn(5, 7)
     wrapper, source = check_against_eager(lambda x: (x.t() * 2, torch.cumsum(x, 0)), x)
     body = call_body(source)
-    t_line = next(k for k, line in enumerate(body) if "aten.t.default(x_1)" in line)
+    t_line = next(k for k, line in enumerate(body) if "torch.t(x_1)" in line)
     name = body[t_line].split(" =")[0]
     assert body[t_line + 1] == f"{name} = restride({name}, (7, 5), (1, 7))"
     assert sum(" = restride(" in line for line in body) == 2
@@ -227,7 +230,7 @@ def test_results_read_by_generated_code_are_not_aten_only(monkeypatch):
     lines = [line for line in call_body(source) if " = restride(" in line]
     flagged = [line for line in lines if "aten_only=True" in line]
     assert len(lines) == 2 and len(flagged) == 1  # the transpose feeds a kernel
-    assert "aten.cumsum" in source
+    assert "torch.cumsum(" in source
 
 
 def test_skipped_auxiliary_result_of_an_aten_kernel_passes_through():
@@ -254,7 +257,7 @@ def test_fallback_keyword_arguments_are_rendered():
     _, source = check_against_eager(
         lambda x: (torch.cumsum(x, 1, dtype=torch.float64) + 1,), x
     )
-    assert "buf0 = aten.cumsum.default(x_1, 1, dtype=torch.float64)" in call_body(
+    assert "buf0 = torch.cumsum(x_1, 1, dtype=torch.float64)" in call_body(
         source
     )
 
@@ -724,3 +727,32 @@ def test_same_kernel_text_over_other_dtypes_is_another_kernel():
     assert torch.equal(indices, expected[1])
     names = graphs[0].kernel_names
     assert len(names) == len(set(names)) == 3  # the pooling, and a copy per dtype
+
+
+def test_ops_with_an_unambiguous_torch_binding_are_called_through_it():
+    aten = torch.ops.aten
+    # one overload (and its out= variant): the binding can only mean this op
+    assert binding(aten.convolution.default) is torch.convolution
+    assert codegen_op(aten.convolution.default) == "torch.convolution"
+    assert codegen_op(aten.cumsum.default) == "torch.cumsum"
+    # several overloads: the binding would choose again, from the arguments
+    assert binding(aten.add.Tensor) is None
+    assert codegen_op(aten.add.Tensor) == "aten.add.Tensor"
+    assert codegen_op(aten.convolution.out) == "aten.convolution.out"
+    # no binding in torch's namespace, or not an ATen op
+    assert codegen_op(aten.convolution_backward.default) == (
+        "aten.convolution_backward.default"
+    )
+    assert binding(torch.ops.prims.convert_element_type.default) is None
+
+
+def test_a_bound_call_gives_what_the_op_gives():
+    torch._dynamo.reset()
+    x = torch.randn(2, 3, 7, 5)
+    w = torch.randn(4, 3, 3, 3)
+    fn = lambda x, w: F.conv2d(x, w, stride=2, padding=1).cumsum(1)  # noqa: E731
+    with record_compiled() as graphs:
+        got = torch.compile(fn, backend="minductor")(x, w)
+    torch.testing.assert_close(got, fn(x, w), atol=1e-5, rtol=1e-5)
+    call = "\n".join(call_body(graphs[0].source))
+    assert "torch.convolution(" in call and "aten.convolution" not in call

@@ -27,6 +27,7 @@ from profile_model import build  # noqa: E402
 totals: dict[str, float] = collections.defaultdict(float)
 counts: dict[str, int] = collections.defaultdict(int)
 aten_calls: list[tuple] = []
+recording = False  # holding a call's arguments keeps its tensors alive: one step only
 
 
 def timed(name, fn):
@@ -50,7 +51,8 @@ class Overloads:  # aten.convolution -> .default, timed under the op's name
         name = f"aten.{self.packet._qualified_op_name.split('::')[1]}.{overload}"
 
         def call(*args, **kwargs):
-            aten_calls.append((op, args, kwargs))
+            if recording:  # one step's calls, timed again below
+                aten_calls.append((op, args, kwargs))
             return timed(name, op)(*args, **kwargs)
 
         return call
@@ -78,7 +80,70 @@ def patch_inductor() -> None:
     for n in ("_empty_strided_cuda", "assert_size_stride", "_reinterpret_tensor"):
         setattr(guards, n, timed(n, getattr(guards, n)))
     tuner = triton_heuristics.CachingAutotuner
-    tuner.run = timed("CachingAutotuner.run", tuner.run)
+    tuner.run = note_state(timed("CachingAutotuner.run", tuner.run))
+
+
+state: dict[str, object] = {}
+
+
+def note_state(fn):
+    """Wrap fn to record, at its first call, what might slow every call down."""
+
+    def wrapper(*args, **kwargs):
+        if not state:
+            state.update(
+                grad=torch.is_grad_enabled(),
+                inference_mode=torch.is_inference_mode_enabled(),
+                function_modes=torch._C._len_torch_function_stack(),
+                dispatch_modes=torch._C._len_torch_dispatch_stack(),
+                profile=sys.getprofile(),
+                trace=sys.gettrace(),
+                profiler=torch.autograd.profiler._is_profiler_enabled,
+            )
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def diagnose(fn, x, training: bool, steps: int = 5) -> None:
+    """Allocator churn, the garbage collector, and single calls, in this process."""
+    import gc
+
+    if DEVICE != "cuda":
+        return
+    keys = ("num_device_alloc", "num_device_free", "num_alloc_retries",
+            "num_sync_all_streams", "num_device_alloc_sync")  # fmt: skip
+    before = torch.cuda.memory_stats()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step(fn, x, training)
+    plain = (time.perf_counter() - t) / steps * 1e3
+    sync()
+    after = torch.cuda.memory_stats()
+    churn = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    gc.disable()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step(fn, x, training)
+    no_gc = (time.perf_counter() - t) / steps * 1e3
+    gc.enable()
+    sync()
+    print(f"diagnosis: {steps} steps, {plain:.2f} ms/step ({no_gc:.2f} with the garbage "
+          f"collector off); allocator over them: {churn}; objects tracked by the "
+          f"collector: {len(gc.get_objects())}; state inside call: {state}")
+    alloc = torch._C._dynamo.guards._empty_strided_cuda
+    tries = {
+        "empty_strided_cuda((1024, 1024), bf16), freed": lambda: alloc(
+            (1024, 1024), (1024, 1), torch.bfloat16
+        ),
+        "torch.empty(0)": lambda: torch.empty(0, device="cuda"),
+    }
+    for label, f in tries.items():
+        f()
+        t = time.perf_counter()
+        for _ in range(2000):
+            f()
+        print(f"single call, {label}: {(time.perf_counter() - t) / 2000 * 1e6:.2f} µs")
 
 
 def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
@@ -98,12 +163,15 @@ def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
         step(fn, x, training)
     host = (time.perf_counter() - t) / 5 * 1e3  # may wait for the GPU at the end
     sync()
+    diagnose(fn, x, training)  # before the timing wrappers
     for g in graphs if backend == "minductor" else ():
         module = load_module(g.source)
-        names = ["launch", "empty_strided_cuda", "empty_strided_cpu", "reinterpret_tensor", "restride"]
+        names = ["launch", "empty_strided_cuda", "empty_strided_cpu",
+                 "reinterpret_tensor", "restride"]  # fmt: skip
         for n in names:
             if hasattr(module, n):
                 setattr(module, n, timed(n, getattr(module, n)))
+        module.launch = note_state(module.launch)
         ext = module.extern_kernels
         for n in list(vars(ext)):
             setattr(ext, n, timed(f"extern_kernels.{n}", getattr(ext, n)))
@@ -126,7 +194,12 @@ def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
         c = counts[n] / steps
         print(f"| {n} | {c:.0f} | {ns / counts[n] / 1e3:.2f} | {ns / steps / 1e6:.3f} |")
     # the same ATen calls through torch.* bindings, and through the OpOverload
-    one_step = aten_calls[: len(aten_calls) // steps]
+    global recording
+    recording = True
+    step(fn, x, training)
+    recording = False
+    one_step = list(aten_calls)
+    aten_calls.clear()
     rows = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for op, args, kwargs in one_step:
         binding = getattr(torch, op._schema.name.split("::")[1], None)
