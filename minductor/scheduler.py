@@ -115,10 +115,16 @@ class SchedulerNode(BaseSchedulerNode):
     rloop: SimplifiedLoop
     reads: frozenset[Dep]
     writes: frozenset[Dep]
+    loop_indices: tuple[sympy.Expr, ...] = ()  # the indices its loops were merged for
+    order: tuple[int, ...] | None = None  # its dims, outermost first, as it walks them
 
     @staticmethod
-    def create(node: ComputedBuffer, cut: int | None = None) -> SchedulerNode:
-        """`cut` splits a pointwise node's dims into outputs and a reduced-like tail."""
+    def create(
+        node: ComputedBuffer, cut: int | None = None, joint: tuple[sympy.Expr, ...] = ()
+    ) -> SchedulerNode:
+        """`cut` splits a pointwise node's dims into outputs and a reduced-like tail;
+        `joint` are other nodes' indices over the same dims, which its loops must suit
+        too."""
         size = node.data.ranges  # a scatter loops over its index, not its output
         if node.is_reduction():
             xsizes, rsizes = size, node.data.reduction_ranges
@@ -137,11 +143,13 @@ class SchedulerNode(BaseSchedulerNode):
         order = None  # walk the dims as the one store lays them out (chapter 4)
         if cut is None and len(stores) == 1:
             order = loop_order(stores[0], variables)
+        indices = [*indices, *joint]
         loop = simplify_loops(xsizes, variables, indices, order=order)
         rloop = simplify_loops(rsizes, rvariables, indices, prefix="r")
         bare = SchedulerNode(
-            node, variables, rvariables, loop, rloop, frozenset(), frozenset()
-        )
+            node, variables, rvariables, loop, rloop, frozenset(), frozenset(),
+            tuple(dict.fromkeys(indices)), order,
+        )  # fmt: skip
 
         def deps(found):
             return frozenset(MemoryDep(n, bare.rewrite_index(i)) for n, i in found)
@@ -441,11 +449,13 @@ class Scheduler:
     def align(self, a: BaseSchedulerNode, b: BaseSchedulerNode):
         """(a, b) with equal groups, splitting a pointwise side if needed, or None."""
         if a.group[1:] == b.group[1:]:
+            if a.loop.sizes != b.loop.sizes and a.group[2] == 1:
+                return self.common_loops(a, b) or (a, b)
             return a, b
         for pointwise, reduction in ((a, b), (b, a)):
             _, numel, rnumel = reduction.group
             if _is_epilogue(pointwise, numel, rnumel):
-                return a, b
+                return self.common_loops(a, b) or (a, b)
             if (
                 pointwise.group[2] != 1
                 or rnumel == 1
@@ -462,6 +472,30 @@ class Scheduler:
             )
             return (split, reduction) if pointwise is a else (reduction, split)
         return None
+
+
+    @staticmethod
+    def common_loops(a: BaseSchedulerNode, b: BaseSchedulerNode):
+        """a and b re-derived on one nest of output loops that suits both, or None."""
+        members = a.snodes + b.snodes
+        first = members[0]
+        if not all(
+            isinstance(m, SchedulerNode)
+            and (m.node.is_reduction() or not m.rloop.sizes)  # not a cut pointwise
+            and m.loop.original_sizes == first.loop.original_sizes
+            and m.order == first.order
+            for m in members
+        ):
+            return None
+        joint = tuple(dict.fromkeys(i for m in members for i in m.loop_indices))
+        remade = {m: SchedulerNode.create(m.node, joint=joint) for m in members}
+
+        def rebuilt(node: BaseSchedulerNode) -> BaseSchedulerNode:
+            if isinstance(node, SchedulerNode):
+                return remade[node]
+            return FusedSchedulerNode(tuple(remade[m] for m in node.snodes))
+
+        return rebuilt(a), rebuilt(b)
 
 
     def _producers(self) -> dict[str, BaseSchedulerNode]:

@@ -226,11 +226,27 @@ def test_different_numel_is_refused():
     assert s.fusion_log == ["cannot fuse buf0 with buf1: different numel: 65 vs 2145"]
 
 
-def test_different_loops_are_refused():
+def test_different_loops_over_other_dims_are_refused():
+    # the same number of elements, over (33, 65) and (65, 33): no common loops
+    x, bias, y = torch.randn(33, 65), torch.randn(1, 65), torch.randn(65, 33)
+    s = schedule(lambda x, bias, y: (x * bias, y + 1), x, bias, y)
+    ok, reason = s.can_fuse(*s.nodes)
+    assert not ok and reason == "different loops: [33, 65] vs [2145]"
+
+
+def test_loops_over_the_same_dims_are_made_common():
+    # x * bias keeps its columns apart (it reads bias per column); x + 1 alone would
+    # merge everything into [2145]; together they run on [33, 65], one kernel
     x, bias = torch.randn(33, 65), torch.randn(1, 65)
     s = schedule(lambda x, bias: (x + 1, x * bias), x, bias)
-    ok, reason = s.can_fuse(*s.nodes)
-    assert not ok and reason == "different loops: [2145] vs [33, 65]"
+    (node,) = s.nodes
+    assert all(m.loop.sizes == (33, 65) for m in node.snodes)
+    # a producer and its consumer alike: a per-column scale (an output, so it is
+    # stored), then a relu that reads it back
+    s = schedule(lambda x, bias: ((y := x * bias), torch.relu(y)), x, bias)
+    (node,) = s.nodes
+    assert len(node.snodes) == 2
+    assert all(m.loop.sizes == (33, 65) for m in node.snodes)
 
 
 def _hand_built(second_body, second_device=cpu):
