@@ -402,9 +402,9 @@ class Scheduler:
         if aligned is None:
             return False, f"different numel: {_numel(a)} vs {_numel(b)}"
         a, b = aligned
-        both_reduce = a.rloop.sizes and b.rloop.sizes
-        if a.loop.sizes != b.loop.sizes or (
-            both_reduce and a.rloop.sizes != b.rloop.sizes
+        members = a.snodes + b.snodes  # every member, not only the leaders
+        if len({m.loop.sizes for m in members}) > 1 or (
+            len({m.rloop.sizes for m in members if m.rloop.sizes}) > 1
         ):
             return False, f"different loops: {_loops(a)} vs {_loops(b)}"
         size = len(a.snodes) + len(b.snodes)

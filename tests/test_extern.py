@@ -133,8 +133,8 @@ def test_convolution_and_attention_are_extern_kernels_not_fallbacks(device):
         torch.testing.assert_close(got.grad, want.grad, atol=1e-3, rtol=1e-3)
     for graph in graphs:
         assert graph.fallbacks == []
-        assert "aten.convolution" in graph.source
-        assert "aten._scaled_dot_product" in graph.source
+        assert "convolution" in graph.source  # torch.convolution or its backward
+        assert "._scaled_dot_product" in graph.source  # torch.* or aten.*
 
 
 def test_matmul_with_dynamic_sizes_compiles_once():

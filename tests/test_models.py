@@ -39,7 +39,7 @@ KERNELS = {
     "mlp": (3, 4),
     "gpt_matmul_attention": (12, 19),
     "gpt_sdpa": (7, 15),
-    "recurrent": (8, 17),
+    "recurrent": (7, 11),
     "multihead_attention": (7, 11),  # q, k, v reach attention as views: no copy
 }
 
