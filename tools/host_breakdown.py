@@ -53,6 +53,8 @@ class Overloads:  # aten.convolution -> .default, timed under the op's name
         def call(*args, **kwargs):
             if recording:  # one step's calls, timed again below
                 aten_calls.append((op, args, kwargs))
+                if "convolution" in name:
+                    conv_calls.append(signature(args, kwargs))
             return timed(name, op)(*args, **kwargs)
 
         return call
@@ -63,8 +65,49 @@ class Aten:
         return Overloads(getattr(torch.ops.aten, name))
 
 
+class Torch:  # `torch` as the generated module sees it: bound ATen calls timed
+    def __getattr__(self, name):
+        value = getattr(torch, name)
+        op = getattr(torch.ops.aten, name, None)
+        if not callable(value) or op is None or not hasattr(op, "default"):
+            return value
+
+        def call(*args, **kwargs):
+            if recording:
+                aten_calls.append((op.default, args, kwargs))
+                if name == "convolution":
+                    conv_calls.append(signature(args, kwargs))
+            return timed(f"torch.{name}", value)(*args, **kwargs)
+
+        return call
+
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test
 sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+
+
+def signature(args, kwargs) -> str:
+    """A call's arguments, tensors by size, stride, dtype and alignment."""
+
+    def one(a):
+        if isinstance(a, torch.Tensor):
+            return (f"T{tuple(a.shape)}s{a.stride()}{str(a.dtype)[6:]}"
+                    f"@{a.data_ptr() % 512}")  # fmt: skip
+        return repr(a)
+
+    return ", ".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
+
+
+conv_calls: list[str] = []
+
+
+def recorded(fn):
+    def wrapper(*args, **kwargs):
+        if recording:
+            conv_calls.append(signature(args, kwargs))
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def patch_inductor() -> None:
@@ -76,6 +119,7 @@ def patch_inductor() -> None:
     for n in ("convolution", "mm", "addmm", "bmm", "baddbmm"):
         if hasattr(ext, n):
             setattr(ext, n, timed(f"extern_kernels.{n}", getattr(ext, n)))
+    ext.convolution = recorded(ext.convolution)
     guards = torch._C._dynamo.guards
     for n in ("_empty_strided_cuda", "assert_size_stride", "_reinterpret_tensor"):
         setattr(guards, n, timed(n, getattr(guards, n)))
@@ -176,6 +220,7 @@ def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
         for n in list(vars(ext)):
             setattr(ext, n, timed(f"extern_kernels.{n}", getattr(ext, n)))
         module.aten = Aten()
+        module.torch = Torch()
     steps = 5
     totals.clear(), counts.clear(), aten_calls.clear()
     sync()
@@ -200,6 +245,10 @@ def main(name: str, mode: str, dtype: str, backend: str = "minductor") -> None:
     recording = False
     one_step = list(aten_calls)
     aten_calls.clear()
+    print("convolutions of one step, the first 8:")
+    for c in conv_calls[:8]:
+        print("   ", c)
+    conv_calls.clear()
     rows = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for op, args, kwargs in one_step:
         binding = getattr(torch, op._schema.name.split("::")[1], None)
