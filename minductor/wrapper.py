@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import sympy
 import torch
@@ -472,20 +472,34 @@ class WrapperCodeGen:
         returned = {group(b.name) for b in outputs if isinstance(b, Buffer)}
         live: dict[str, set[str]] = {}  # group -> its names made and not yet freed
         holders: dict[str, FixedLayout] = {}  # name -> its tensor's layout
-        pool: dict[tuple[Any, ...], list[tuple[str, FixedLayout, int]]] = {}
+        # key -> (name, layout, its FreeLine in `lines`, that line's place in self.lines)
+        pool: dict[tuple[Any, ...], list[tuple[str, FixedLayout, int, int]]] = {}
         lines: list[Line] = []  # planned so far; pool entries point at FreeLines
-        for line in self.lines:
+        profile = self.live_bytes(group)  # None: sizes symbolic, no holding over work
+        peak = max(profile, default=0) if profile is not None else 0
+        work = 0  # work lines so far
+        work_at: list[int] = []  # work lines before each line of self.lines
+        for k, line in enumerate(self.lines):
+            work_at.append(work)
             after: list[Line] = []
             if isinstance(line, AllocateLine):
                 holders[line.name] = line.layout
-                dead = pool.get(self.reuse_key(line.layout))
-                if dead:  # the newest dead memory of this size: take it over
-                    old, layout, at = dead.pop()
+                dead = pool.get(self.reuse_key(line.layout), [])
+                for d in range(len(dead) - 1, -1, -1):  # the newest dead memory first
+                    old, layout, at, freed = dead[d]
+                    held = self.nbytes(layout)
+                    if work_at[freed] != work:  # held over work: only below the peak
+                        if profile is None or max(profile[freed:k]) + held > peak:
+                            continue
+                        for i in range(freed, k):
+                            profile[i] += held
+                    del dead[d]
                     names = lines[at].names  # the FreeLine where `old` died
                     lines[at] = FreeLine(tuple(n for n in names if n != old))
                     view = None if layout == line.layout else line.layout
                     line = ReuseLine(old, line.name, view)
                     after = [FreeLine((old,))]
+                    break
             elif isinstance(line, ReuseLine) and line.old in holders:
                 holders[line.new] = holders.pop(line.old)
             elif isinstance(line, FreeLine):
@@ -496,13 +510,54 @@ class WrapperCodeGen:
                     g = group(name)
                     if layout is not None and not live.get(g) and g not in returned:
                         key = self.reuse_key(layout)
-                        pool.setdefault(key, []).append((name, layout, len(lines)))
+                        pool.setdefault(key, []).append((name, layout, len(lines), k))
             elif not isinstance(line, self.MEMORY_LINES):
-                pool.clear()  # it runs work: dead memory is freed, not held over it
+                work += 1  # it runs work
+                if profile is None:
+                    pool.clear()  # dead memory is freed, not held over it
             for name in line.defines():
                 live.setdefault(group(name), set()).add(name)
             lines += [line, *after]
         self.lines = [line for line in lines if line != FreeLine(())]
+
+
+    def nbytes(self, layout: FixedLayout) -> int:
+        elements = self.reuse_key(layout)[2]
+        return int(elements) * layout.dtype.itemsize if elements.is_Integer else -1
+
+    def live_bytes(self, group: Callable[[str], str]) -> list[int] | None:
+        """The bytes of memory alive after each line, before reuse; None if any size
+        is symbolic."""
+        sizes: dict[str, int] = {}  # group -> the bytes made under its names
+        names: dict[str, set[str]] = {}  # group -> its names not yet freed
+        live, profile = 0, []
+        for line in self.lines:
+            made = None
+            if isinstance(line, AllocateLine):
+                made = (line.name, line.layout)
+            elif isinstance(line, (ExternCallLine, MultiOutputLine)):
+                fresh = not isinstance(line, ExternCallLine) or not self.may_alias(
+                    line.node.op
+                )
+                if fresh and isinstance(line.node.layout, FixedLayout):
+                    made = (line.node.name, line.node.layout)
+            if made is not None:
+                n = self.nbytes(made[1])
+                if n < 0:
+                    return None
+                g = group(made[0])
+                sizes[g] = sizes.get(g, 0) + n
+                live += n
+            if isinstance(line, FreeLine):
+                for name in line.names:
+                    g = group(name)
+                    names.get(g, set()).discard(name)
+                    if not names.get(g):
+                        live -= sizes.pop(g, 0)
+            for name in line.defines():
+                names.setdefault(group(name), set()).add(name)
+            profile.append(live)
+        return profile
 
 
     def bind_sizes(self) -> list[str]:

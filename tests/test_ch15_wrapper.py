@@ -568,13 +568,36 @@ def test_planner_needs_the_same_key(layout):
     assert planned(lines) == [line.codegen() for line in lines]
 
 
-def test_planner_holds_no_memory_across_work():
+def test_planner_holds_memory_across_work_only_below_the_peak():
     lines = [
         alloc("buf0"),
         WorkLine(("buf0",)),
         FreeLine(("buf0",)),
-        WorkLine(("x",)),  # it could have used buf0's block: buf0 is freed, as before
+        WorkLine(("x",)),  # nothing else is alive here: holding buf0 costs no peak
         alloc("buf1"),
+    ]
+    assert "buf1 = buf0  # reuse" in planned(lines)
+    # the peak is buf2's time, with buf0's memory gone: held over it, buf0 would raise it
+    big = FixedLayout.contiguous(cpu, torch.float32, (50, 70))
+    lines = [
+        alloc("buf0"),
+        WorkLine(("buf0",)),
+        FreeLine(("buf0",)),
+        alloc("buf2", big),
+        WorkLine(("buf2",)),
+        FreeLine(("buf2",)),
+        alloc("buf1"),
+    ]
+    assert planned(lines) == [line.codegen() for line in lines]
+    # with symbolic sizes the peak is not a number: no memory is held over work
+    s0 = sympy.Symbol("s0", positive=True, integer=True)
+    sym = FixedLayout.contiguous(cpu, torch.float32, (s0, 7))
+    lines = [
+        alloc("buf0", sym),
+        WorkLine(("buf0",)),
+        FreeLine(("buf0",)),
+        WorkLine(("x",)),
+        alloc("buf1", sym),
     ]
     assert planned(lines) == [line.codegen() for line in lines]
 
