@@ -42,6 +42,14 @@ def timed(name, fn):
     return wrapper
 
 
+def record(op, args, kwargs) -> None:
+    """Keep one step's ATen calls (timed again at the end) and its convolutions."""
+    if recording:
+        aten_calls.append((op, args, kwargs))
+        if op._schema.name == "aten::convolution":
+            conv_calls.append(signature(args, kwargs))
+
+
 class Overloads:  # aten.convolution -> .default, timed under the op's name
     def __init__(self, packet):
         self.packet = packet
@@ -51,10 +59,7 @@ class Overloads:  # aten.convolution -> .default, timed under the op's name
         name = f"aten.{self.packet._qualified_op_name.split('::')[1]}.{overload}"
 
         def call(*args, **kwargs):
-            if recording:  # one step's calls, timed again below
-                aten_calls.append((op, args, kwargs))
-                if "convolution" in name:
-                    conv_calls.append(signature(args, kwargs))
+            record(op, args, kwargs)
             return timed(name, op)(*args, **kwargs)
 
         return call
@@ -73,10 +78,7 @@ class Torch:  # `torch` as the generated module sees it: bound ATen calls timed
             return value
 
         def call(*args, **kwargs):
-            if recording:
-                aten_calls.append((op.default, args, kwargs))
-                if name == "convolution":
-                    conv_calls.append(signature(args, kwargs))
+            record(op.default, args, kwargs)
             return timed(f"torch.{name}", value)(*args, **kwargs)
 
         return call
