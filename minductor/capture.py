@@ -163,6 +163,9 @@ class GraphInfo:
     shared: dict[str, Any]  # one per Dynamo graph: its forward and backward share it
 
 
+# each rewrites Dynamo's graph in place before AOTAutograd traces it; gets the graph,
+# its example inputs, and whether a backward will be needed (ch. 11 adds one)
+graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 17)
 graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
 
@@ -199,6 +202,12 @@ def minductor_backend(
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph
     )
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    )
+    with config.patch(changes):
+        for rewrite in graph_passes:
+            rewrite(gm, example_inputs, needs_grad)
     try:
         return backend(gm, example_inputs)
     except Exception as error:

@@ -167,3 +167,120 @@ def extern_alloc(graph, *args, **kwargs):
 
 for _op in EXTERN_ALLOC:
     register_lowering(_op, graph=True)(extern_alloc)
+
+
+import operator  # noqa: E402
+
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from minductor.capture import graph_passes  # noqa: E402
+from minductor.config import log  # noqa: E402
+
+CONSTANT_LIMIT = 1 << 24  # elements: the most a folded node may hold
+
+
+class _RandomDraws(TorchDispatchMode):
+    """Notes whether any ATen op that draws random numbers ran inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen |= torch.Tag.nondeterministic_seeded in func.tags
+        return func(*args, **(kwargs or {}))
+
+
+def _writes_into(user: torch.fx.Node) -> bool:
+    name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
+    in_place = isinstance(name, str) and name.endswith("_") and not name.endswith("__")
+    return in_place or user.target is operator.setitem or "out" in user.kwargs
+
+
+def constant_value(node: torch.fx.Node) -> torch.Tensor | None:
+    """The value of node computed now, if nothing known only at run time reaches it."""
+    needed, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in needed:
+            continue
+        value = n.meta.get("example_value")
+        if n.op not in ("call_function", "call_method") or not (
+            isinstance(value, torch.Tensor) and value.numel() <= CONSTANT_LIMIT
+        ):
+            return None
+        if any(_writes_into(u) for u in n.users):
+            return None
+        needed.add(n)
+        stack.extend(n.all_input_nodes)
+    values: dict[torch.fx.Node, Any] = {}
+    with _RandomDraws() as draws:
+        for n in node.graph.nodes:  # graph order: every input before its users
+            if n in needed:
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), values.get)
+                if n.op == "call_method":
+                    values[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
+                else:
+                    values[n] = n.target(*args, **kwargs)
+    return None if draws.seen else values[node]
+
+
+def mask_meaning(mask: torch.Tensor, queries: int, keys: int) -> str | None:
+    """"all" if the mask keeps every score, "causal" if exactly the lower triangle."""
+    if mask.is_floating_point():
+        lowest = torch.finfo(mask.dtype).min
+        if not ((mask == 0) | (mask <= lowest)).all():
+            return None  # a bias with other values: ALiBi, T5's positions
+        mask = mask == 0
+    elif mask.dtype != torch.bool:
+        return None
+    if mask.all():
+        return "all"
+    if queries == keys:
+        lower = torch.ones(queries, keys, dtype=torch.bool, device=mask.device).tril()
+        if mask.shape[-2:] == (queries, keys) and (mask == lower).all():
+            return "causal"
+    return None
+
+
+def fold_attention_masks(gm: torch.fx.GraphModule, example_inputs, needs_grad) -> None:
+    """Drop attention masks that keep every score; say is_causal for causal ones."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
+            continue
+        # torch's binding takes the mask, dropout_p and is_causal by position or name
+        kwargs = {**dict(zip(("attn_mask", "dropout_p", "is_causal"), node.args[3:])),
+                  **node.kwargs}  # fmt: skip
+        mask = kwargs.get("attn_mask")
+        if not isinstance(mask, torch.fx.Node) or kwargs.get("is_causal", False):
+            continue
+        query, key = (a.meta.get("example_value") for a in node.args[:2])
+        value = constant_value(mask)
+        if value is None or not isinstance(query, torch.Tensor):
+            continue
+        meaning = mask_meaning(value, query.shape[-2], key.shape[-2])
+        if meaning is None:
+            continue
+        log.info("minductor: the mask of %s %s", node.name,
+                 "keeps every score: dropped" if meaning == "all" else
+                 "is causal: is_causal=True instead")  # fmt: skip
+        kwargs.update(attn_mask=None, is_causal=meaning == "causal")
+        node.args, node.kwargs = node.args[:3], kwargs
+        _erase_unused(mask)
+    gm.recompile()
+
+
+def _erase_unused(node: torch.fx.Node) -> None:
+    """Erase node if nothing reads it any more, then its inputs the same way."""
+    stack, erased = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in erased or n.users or n.op not in ("call_function", "call_method"):
+            continue
+        stack.extend(n.all_input_nodes)
+        n.graph.erase_node(n)
+        erased.add(n)
+
+
+graph_passes.append(fold_attention_masks)

@@ -559,14 +559,20 @@ class Scheduler:
     def _fuse_once(self) -> bool:
         self._ancestors_cache = self._ancestors()
         index = {n.get_name(): k for k, n in enumerate(self.nodes)}
-        pairs = []
-        for a in self.nodes:
-            for b in self.nodes:
-                if index[a.get_name()] >= index[b.get_name()]:
-                    continue
-                touched_a = a.get_names() | a.read_names()
-                if touched_a & (b.get_names() | b.read_names()):
-                    pairs.append((self.score_fusion(a, b), index[a.get_name()], a, b))
+        touching: dict[str, list[BaseSchedulerNode]] = {}  # buffer -> nodes, in order
+        for node in self.nodes:
+            for name in node.get_names() | node.read_names():
+                touching.setdefault(name, []).append(node)
+        sharing = {  # pairs, earlier node first, that share a buffer
+            (index[a.get_name()], index[b.get_name()]): (a, b)
+            for nodes in touching.values()
+            for k, a in enumerate(nodes)
+            for b in nodes[k + 1 :]
+        }
+        pairs = [
+            (self.score_fusion(a, b), i, a, b)
+            for (i, _), (a, b) in sorted(sharing.items(), key=lambda item: item[0])
+        ]
         pairs.sort(key=lambda p: (p[0], -p[1]), reverse=True)
         used: set[str] = set()
         fused_any = False

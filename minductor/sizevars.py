@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -468,9 +469,14 @@ def join_dimensions(expr: sympy.Expr) -> sympy.Expr:
 
 def affine_coefficients(
     expr: sympy.Expr, variables: Sequence[sympy.Symbol]
-) -> tuple[sympy.Expr, list[sympy.Expr]] | None:
+) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]] | None:
     """expr == offset + sum(c_k * v_k) with constant c_k, or None if not affine."""
-    coefficients = [sympy.diff(expr, v) for v in variables]
+    return _affine_coefficients(expr, tuple(variables))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _affine_coefficients(expr: sympy.Expr, variables: tuple[sympy.Symbol, ...]):
+    coefficients = tuple(sympy.diff(expr, v) for v in variables)
     if any(
         c.free_symbols & set(variables) or c.has(sympy.Derivative) for c in coefficients
     ):

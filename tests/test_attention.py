@@ -216,3 +216,104 @@ def test_safe_softmax_is_one_kernel_with_masked_rows_zero(device):
     kernels, fallbacks = run(f, x)
     assert fallbacks == [] and len(kernels) == 1
     assert torch.compile(f, backend="minductor")(x)[1].eq(0).all()
+
+
+def folded(fn, *args):
+    """What the mask-folding pass makes of fn's attention calls: (mask, is_causal)."""
+    from minductor.extern import fold_attention_masks
+
+    calls = []
+
+    def backend(gm, example_inputs):
+        fold_attention_masks(gm, example_inputs, False)
+        for n in gm.graph.nodes:
+            if n.target is F.scaled_dot_product_attention:
+                kw = {**dict(zip(("attn_mask", "dropout_p", "is_causal"), n.args[3:])),
+                      **n.kwargs}  # fmt: skip
+                calls.append((kw.get("attn_mask"), kw.get("is_causal", False)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend)(*args)
+    torch.testing.assert_close(out, fn(*args), atol=1e-5, rtol=1e-5)
+    return [(m if m is None else "kept", c) for m, c in calls]
+
+
+def library_mask(kind, b, t, s=None, device="cpu", dtype=torch.bool):
+    """Masks as a library builds them under torch.compile, from aranges."""
+    s = t if s is None else s
+    qi, ki = torch.arange(t, device=device)[:, None], torch.arange(s, device=device)
+    keep = {"all": ki >= 0, "causal": qi >= ki, "window": (qi - ki).abs() < 2}[kind]
+    keep = keep.expand(t, s)[None, None].expand(b, 1, t, s)
+    if dtype == torch.bool:
+        return keep
+    zero = torch.zeros((), device=device, dtype=dtype)
+    return torch.where(keep, zero, torch.finfo(dtype).min)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+@pytest.mark.parametrize("kind", ["all", "causal", "window"])
+def test_constant_masks_are_dropped_or_made_causal(kind, dtype):
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, library_mask(kind, 2, 9, dtype=dtype))
+
+    expected = {"all": (None, False), "causal": (None, True), "window": ("kept", False)}
+    assert folded(fn, *attention_inputs("cpu", torch.float32)) == [expected[kind]]
+
+
+def test_masks_known_only_at_run_time_are_kept():
+    q, k, v = attention_inputs("cpu", torch.float32)
+    keep = torch.ones(2, 1, 1, 9, dtype=torch.bool)  # a padding mask: an input
+
+    def from_input(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, keep)
+
+    def random(q, k, v):  # no input reaches it, but it is drawn anew each call
+        return F.scaled_dot_product_attention(q, k, v, torch.rand(9, 9) >= 0)
+
+    def written_later(q, k, v):
+        mask = library_mask("all", 2, 9)
+        mask = mask.clone()
+        mask[..., 0] = False  # the value computed alone would keep everything
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    def not_square(q, k, v):  # the lower triangle of 9 x 9 against 12 keys
+        mask = library_mask("causal", 2, 9, 12)
+        return F.scaled_dot_product_attention(q, k.repeat(1, 1, 2, 1)[:, :, :12],
+                                              v.repeat(1, 1, 2, 1)[:, :, :12], mask)
+
+    assert folded(from_input, q, k, v, keep) == [("kept", False)]
+    assert folded(random, q, k, v) == [("kept", False)]
+    assert folded(written_later, q, k, v) == [("kept", False)]
+    assert folded(not_square, q, k, v) == [("kept", False)]
+
+
+def test_a_bias_with_other_values_is_kept():
+    def alibi(q, k, v):
+        pos = torch.arange(9)
+        return F.scaled_dot_product_attention(q, k, v, -(pos[:, None] - pos).abs() * 0.5)
+
+    assert folded(alibi, *attention_inputs("cpu", torch.float32)) == [("kept", False)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["all", "causal"])
+def test_folded_masks_match_eager_forward_and_backward(device, kind):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tolerance = 1e-4 if device == "cpu" else 2e-2
+
+    def fn(q, k, v):
+        mask = library_mask(kind, 2, q.shape[-2], device=q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    args = attention_inputs(device, dtype, seq=33, dim=64)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*args)
+        torch.testing.assert_close(out, fn(*args), atol=tolerance, rtol=tolerance)
+    source = graphs[0].source
+    assert "torch.bool" not in source  # no mask is computed
+    if device == "cuda":  # a fused kernel, not the float32 math path
+        assert "bmm" not in source and "softmax" not in source
+    check_backward(fn, attention_inputs(device, dtype, seq=33, dim=64, grad=True), tolerance)
+

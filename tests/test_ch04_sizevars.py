@@ -111,8 +111,8 @@ def test_product_of_no_sizes_is_one():
 
 def test_affine_coefficients():
     a, b = index_vars(2)
-    assert affine_coefficients(7 + 65 * a + b, [a, b]) == (7, [65, 1])
-    assert affine_coefficients(sympy.Integer(4), [a, b]) == (4, [0, 0])
+    assert affine_coefficients(7 + 65 * a + b, [a, b]) == (7, (65, 1))
+    assert affine_coefficients(sympy.Integer(4), [a, b]) == (4, (0, 0))
     assert affine_coefficients(a * b, [a, b]) is None
     assert affine_coefficients(FloorDiv(a, 2) + b, [a, b]) is None
     assert affine_coefficients(ModularIndexing(a, 1, 3), [a, b]) is None
