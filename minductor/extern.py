@@ -206,23 +206,30 @@ def constant_value(node: torch.fx.Node) -> torch.Tensor | None:
         if n in needed:
             continue
         value = n.meta.get("example_value")
-        if n.op not in ("call_function", "call_method") or not (
-            isinstance(value, torch.Tensor) and value.numel() <= CONSTANT_LIMIT
+        if n.op not in ("call_function", "call_method") or not isinstance(
+            value, torch.Tensor
         ):
+            return None
+        numel = value.numel()  # a SymInt where a size is symbolic: never compared
+        if not isinstance(numel, int) or numel > CONSTANT_LIMIT:
             return None
         if any(_writes_into(u) for u in n.users):
             return None
         needed.add(n)
         stack.extend(n.all_input_nodes)
     values: dict[torch.fx.Node, Any] = {}
-    with _RandomDraws() as draws:
-        for n in node.graph.nodes:  # graph order: every input before its users
-            if n in needed:
-                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), values.get)
-                if n.op == "call_method":
-                    values[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
-                else:
-                    values[n] = n.target(*args, **kwargs)
+    try:
+        with _RandomDraws() as draws:
+            for n in node.graph.nodes:  # graph order: every input before its users
+                if n in needed:
+                    args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), values.get)
+                    if n.op == "call_method":
+                        values[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
+                    else:
+                        values[n] = n.target(*args, **kwargs)
+    except Exception as error:  # an op that only makes sense while tracing, say
+        log.debug("minductor: cannot compute %s now: %s", node.name, error)
+        return None
     return None if draws.seen else values[node]
 
 
@@ -237,7 +244,8 @@ def mask_meaning(mask: torch.Tensor, queries: int, keys: int) -> str | None:
         return None
     if mask.all():
         return "all"
-    if queries == keys:
+    # symbolic sizes are not compared: a comparison would add a guard to the graph
+    if isinstance(queries, int) and isinstance(keys, int) and queries == keys:
         lower = torch.ones(queries, keys, dtype=torch.bool, device=mask.device).tril()
         if mask.shape[-2:] == (queries, keys) and (mask == lower).all():
             return "causal"

@@ -330,10 +330,15 @@ def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dic
         got = snapshot(model, out)
         for _ in range(WARMUP[device]):
             step(fn, inputs, training)
-        times = [
-            timed(lambda: step(fn, inputs, training), device)[1]
-            for _ in range(STEPS[device])
-        ]
+        gc.collect()
+        gc.freeze()  # what exists now (other backends' leftovers too) is never scanned
+        try:
+            times = [
+                timed(lambda: step(fn, inputs, training), device)[1]
+                for _ in range(STEPS[device])
+            ]
+        finally:
+            gc.unfreeze()
         row.step_ms = statistics.median(times) * 1e3
     if device == "cuda":
         row.peak_mib = torch.cuda.max_memory_allocated() / 2**20

@@ -317,3 +317,20 @@ def test_folded_masks_match_eager_forward_and_backward(device, kind):
         assert "bmm" not in source and "softmax" not in source
     check_backward(fn, attention_inputs(device, dtype, seq=33, dim=64, grad=True), tolerance)
 
+
+
+def test_masks_under_dynamic_shapes_add_no_guard_and_match_eager():
+    """With symbolic sizes an arange-built mask depends on a size symbol: it is kept,
+    and one compiled graph serves every length."""
+
+    def fn(q, k, v):
+        mask = library_mask("causal", q.shape[0], q.shape[-2])
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    with record_compiled() as graphs:
+        for seq in (9, 12):
+            args = attention_inputs("cpu", torch.float32, seq=seq)
+            torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    assert len(graphs) == 1
