@@ -172,6 +172,7 @@ for _op in EXTERN_ALLOC:
 import operator  # noqa: E402
 
 import torch.nn.functional as F  # noqa: E402
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from minductor.capture import graph_passes  # noqa: E402
@@ -192,10 +193,53 @@ class _RandomDraws(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+_ARITHMETIC = "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift"
+# x += y and x[i] = y as Dynamo records them: Python's operators, or Tensor's dunders
+IN_PLACE_OPERATORS = {getattr(operator, f"i{op}") for op in _ARITHMETIC.split()}
+IN_PLACE_OPERATORS.add(operator.setitem)
+IN_PLACE_DUNDERS = {f"__i{op}__" for op in _ARITHMETIC.split()} | {"__setitem__"}
+
+
 def _writes_into(user: torch.fx.Node) -> bool:
-    name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
-    in_place = isinstance(name, str) and name.endswith("_") and not name.endswith("__")
-    return in_place or user.target is operator.setitem or "out" in user.kwargs
+    """Whether user may write into its first argument: torch's in-place ops end in an
+    underscore (operator.and_ does not write: Python's module is told apart)."""
+    if "out" in user.kwargs or user.target in IN_PLACE_OPERATORS:
+        return True
+    if user.op == "call_method":
+        name = user.target
+    elif getattr(user.target, "__module__", None) in ("operator", "_operator"):
+        return False
+    else:
+        name = getattr(user.target, "__name__", "")
+    return isinstance(name, str) and (
+        name in IN_PLACE_DUNDERS or name.endswith("_") and not name.endswith("__")
+    )
+
+
+def _shares_storage(value: Any, storage: StorageWeakRef) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_shares_storage(v, storage) for v in value)
+    return (
+        isinstance(value, torch.Tensor)
+        and StorageWeakRef(value.untyped_storage()) == storage
+    )
+
+
+def _written_later(node: torch.fx.Node, needed: set[torch.fx.Node]) -> bool:
+    """Whether an op outside `needed` may write into node's memory, directly or
+    through a view of it (a user whose example value shares node's storage)."""
+    storage = StorageWeakRef(node.meta["example_value"].untyped_storage())
+    stack, seen = list(node.users), set()
+    while stack:
+        user = stack.pop()
+        if user in seen or user in needed:
+            continue
+        seen.add(user)
+        if _writes_into(user):
+            return True
+        if _shares_storage(user.meta.get("example_value"), storage):
+            stack.extend(user.users)  # a view: its users reach node's memory too
+    return False
 
 
 def constant_value(node: torch.fx.Node) -> torch.Tensor | None:
@@ -213,10 +257,10 @@ def constant_value(node: torch.fx.Node) -> torch.Tensor | None:
         numel = value.numel()  # a SymInt where a size is symbolic: never compared
         if not isinstance(numel, int) or numel > CONSTANT_LIMIT:
             return None
-        if any(_writes_into(u) for u in n.users):
-            return None
         needed.add(n)
         stack.extend(n.all_input_nodes)
+    if any(_written_later(n, needed) for n in needed):
+        return None
     values: dict[torch.fx.Node, Any] = {}
     try:
         with _RandomDraws() as draws:

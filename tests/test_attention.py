@@ -282,10 +282,33 @@ def test_masks_known_only_at_run_time_are_kept():
         return F.scaled_dot_product_attention(q, k.repeat(1, 1, 2, 1)[:, :, :12],
                                               v.repeat(1, 1, 2, 1)[:, :, :12], mask)
 
+    def written_through_a_view(q, k, v):
+        mask = library_mask("all", 2, 9).clone()
+        mask.narrow(-1, 0, 1).fill_(False)  # the write reaches mask through a view
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    def written_in_place(q, k, v):
+        mask = library_mask("all", 2, 9).clone()
+        mask &= torch.arange(9) > 0
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    assert folded(written_through_a_view, q, k, v) == [("kept", False)]
+    assert folded(written_in_place, q, k, v) == [("kept", False)]
     assert folded(from_input, q, k, v, keep) == [("kept", False)]
     assert folded(random, q, k, v) == [("kept", False)]
     assert folded(written_later, q, k, v) == [("kept", False)]
     assert folded(not_square, q, k, v) == [("kept", False)]
+
+
+def test_a_causal_mask_anded_with_a_mask_of_no_padding_is_causal():
+    """What a library builds for a decoder with no padding: the triangle & all-true;
+    operator.and_ combines them and writes nothing."""
+
+    def fn(q, k, v):
+        both = library_mask("causal", 2, 9) & library_mask("all", 2, 9)
+        return F.scaled_dot_product_attention(q, k, v, both)
+
+    assert folded(fn, *attention_inputs("cpu", torch.float32)) == [(None, True)]
 
 
 def test_a_bias_with_other_values_is_kept():
