@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+from torch._ops import OpOverload
 
 from minductor.factories import clone
 from minductor.ir import (
@@ -622,6 +623,35 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     return TensorBox(box)
 
 
+POINTWISE_CAT_PIECES = 4  # the most pieces a cat read in place by its users may have
+
+
+def _pointwise_use(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, OpOverload) and torch.Tag.pointwise in target.tags
+
+
+def _pointwise_cat(tensors, dim, size, dtype, device) -> TensorBox:
+    """cat as one body: each element loads from the piece its index falls in."""
+    pieces, start = [], sympy.Integer(0)
+    for t in tensors:
+        length = t.get_size()[dim]
+        pieces.append((converting_loader(t, t.get_size(), dtype), start, length))
+        start += length
+
+    def inner_fn(index):
+        value = None
+        for load, begin, length in reversed(pieces):  # the last piece is the default
+            at = index[dim] - begin
+            source = list(index)
+            source[dim] = sympy.Max(0, sympy.Min(at, length - 1))
+            loaded = load(source)
+            value = loaded if value is None else ops.where(_within(at, 0, length), loaded, value)
+        return value
+
+    return TensorBox(Pointwise(device, dtype, inner_fn, tuple(size), _origins(tensors)))
+
+
 @register_lowering(aten.cat, graph=True)
 def cat(graph, tensors, dim=0):
     dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
@@ -632,6 +662,14 @@ def cat(graph, tensors, dim=0):
     size[dim] = sum((t.get_size()[dim] for t in tensors), sympy.Integer(0))
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"cat of {dtype}")
+    users = graph.current_node.users if graph.current_node is not None else {}
+    if (
+        1 < len(tensors) <= POINTWISE_CAT_PIECES
+        and users
+        and all(map(_pointwise_use, users))
+        and product(size) != 0
+    ):
+        return _pointwise_cat(tensors, dim, size, dtype, device)
     layout = FixedLayout.contiguous(device, dtype, size)
     name = graph.new_buffer_name()
     pieces, start = [], sympy.Integer(0)

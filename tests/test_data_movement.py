@@ -18,6 +18,56 @@ def compiled(fn, *args):
     return out, graphs
 
 
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cat_read_only_by_pointwise_users_is_fused_into_them(device, dtype):
+    """Rotary embeddings: the rotated half is a body its user inlines, not a buffer."""
+    x = torch.randn(2, 3, 7, 10, device=device).to(dtype)
+    cos, sin = (torch.randn(7, 10, device=device).to(dtype) for _ in range(2))
+    out, graphs = compiled(rotary, x, cos, sin)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out, rotary(x, cos, sin), atol=tolerance, rtol=tolerance)
+    (graph,) = graphs
+    assert len(graph.kernel_names) == 1 and "cat" in graph.kernel_names[0]
+    assert len(re.findall(r"= empty_strided\w*\(", graph.source)) == 1  # the result
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pointwise_cat_of_mixed_dtypes_and_sizes_matches_eager(device):
+    def fn(a, b, c):  # int, bool and float pieces of 1, 4 and 2 columns, then a sin
+        return torch.cat([a, b, c], 1).sin()
+
+    a = torch.randint(-5, 5, (3, 1), device=device)
+    b = torch.rand(3, 4, device=device) > 0.5
+    c = torch.randn(3, 2, device=device, dtype=torch.float64)
+    out, graphs = compiled(fn, a, b, c)
+    torch.testing.assert_close(out, fn(a, b, c))
+    assert len(graphs[0].kernel_names) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_cat_with_many_pieces_or_a_reducing_user_is_written_into_one_buffer(device):
+    xs = [torch.randn(2, k + 1, device=device) for k in range(5)]
+
+    def many(*xs):  # five pieces: copies into slices, then the sin reads the buffer
+        return torch.cat(xs, 1).sin()
+
+    def reduced(x, y):  # a sum is no pointwise user
+        return torch.cat([x, y], 1).sum(1)
+
+    out, graphs = compiled(many, *xs)
+    torch.testing.assert_close(out, many(*xs))
+    assert "cat([" in graphs[0].source  # the comment of a cat written in place
+    out, graphs = compiled(reduced, xs[0], xs[1])
+    torch.testing.assert_close(out, reduced(xs[0], xs[1]))
+    assert "cat([" in graphs[0].source
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cat_of_two_pointwise_results_writes_one_buffer(device):
     x, y = torch.randn(4, 6, device=device), torch.randn(4, 5, device=device)
