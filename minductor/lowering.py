@@ -777,6 +777,20 @@ class GraphLowering(torch.fx.Interpreter):
             return buf
         return self.require_strides(buf, stride)
 
+    def _realize_argument(self, box: TensorBox, fx_arg: Any) -> Buffer:
+        """A fallback's argument in memory. A value not yet in memory is computed
+        straight into the strides the graph gives that argument, so that the exact
+        strides asked for below need no copy (a rotary embedding computed into the
+        head-major layout attention reads)."""
+        meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+        if (
+            isinstance(box.data, Pointwise)
+            and isinstance(meta, torch.Tensor)
+            and tuple(as_exprs(meta.size())) == tuple(box.get_size())
+        ):
+            return self._as_eager(box, fx_arg)
+        return self.realize_viewed(box)
+
     def realize_viewed(self, box: TensorBox) -> Buffer:
         """box in memory; a view of a computed value as a window on that value, stored
         in its own memory, where the view has strides (as in eager)."""
@@ -800,15 +814,22 @@ class GraphLowering(torch.fx.Interpreter):
             self.fallbacks.append(op_name)
             self.fallback_reasons.append((op_name, reason))
 
-        def realize(a: Any) -> Any:
+        node = self.current_node
+
+        def realize(a: Any, fx_arg: Any = None) -> Any:
             if isinstance(a, TensorBox):
-                return self.realize_viewed(a)
+                return self._realize_argument(a, fx_arg)
             if isinstance(a, (list, tuple)):
                 return type(a)(realize(x) for x in a)
             return a
 
-        args = realize(tuple(args))
-        kwargs = {k: realize(v) for k, v in kwargs.items()}
+        fx_args = node.args if node is not None else ()
+        fx_kwargs = node.kwargs if node is not None else {}
+        args = tuple(
+            realize(a, fx_args[k] if k < len(fx_args) else None)
+            for k, a in enumerate(args)
+        )
+        kwargs = {k: realize(v, fx_kwargs.get(k)) for k, v in kwargs.items()}
         args, kwargs = self.exact_strides(target, args, kwargs)
         meta = self.current_node.meta.get("val")
         if meta is None:  # run for its effect, an assert say: it returns nothing

@@ -357,3 +357,27 @@ def test_masks_under_dynamic_shapes_add_no_guard_and_match_eager():
             args = attention_inputs("cpu", torch.float32, seq=seq)
             torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-5, rtol=1e-5)
     assert len(graphs) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rotary_queries_and_keys_are_computed_into_the_layout_attention_reads(device):
+    """Llama's attention: q and k are heads-transposed projections, rotated; the
+    rotation is one kernel writing straight into the strides the attention call is
+    given (no buffer of its own, no copy after it)."""
+    b, t, heads, dim = 2, 8, 4, 16
+
+    def rotate(x):
+        return torch.cat([-x[..., dim // 2 :], x[..., : dim // 2]], -1)
+
+    def layer(h, wq, wk, wv, cos, sin):
+        q, k, v = ((h @ w).view(b, t, heads, dim).transpose(1, 2) for w in (wq, wk, wv))
+        q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(b, t, heads * dim)
+
+    h = randn(b, t, heads * dim, device=device)
+    weights = [randn(heads * dim, heads * dim, device=device) for _ in range(3)]
+    cos, sin = randn(t, dim, device=device), randn(t, dim, device=device)
+    with torch.no_grad():
+        kernels, fallbacks = run(layer, h, *weights, cos, sin, atol=1e-4, rtol=1e-4)
+    assert fallbacks == [] and len(kernels) == 1, kernels
