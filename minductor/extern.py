@@ -6,7 +6,6 @@ import functools
 
 import sympy
 import torch
-from torch._ops import OpOverload
 
 from minductor.ir import (
     Buffer,
@@ -26,6 +25,7 @@ from minductor.lowering import (
     register_lowering,
 )
 from minductor.ops import ops
+from minductor.views import is_pointwise_use
 
 EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
     aten.mm.default: "extern_kernels.mm",
@@ -129,12 +129,7 @@ def baddbmm(graph, bias, a, b, *, beta=1, alpha=1):
 
 
 def _is_pointwise_use(node: torch.fx.Node) -> bool:
-    target = node.target
-    return (
-        isinstance(target, OpOverload)
-        and torch.Tag.pointwise in target.tags
-        and target in lowerings
-    )
+    return is_pointwise_use(node) and node.target in lowerings  # one we lower
 
 
 @register_lowering(aten.addmm, graph=True)
@@ -298,6 +293,7 @@ def mask_meaning(mask: torch.Tensor, queries: int, keys: int) -> str | None:
 
 def fold_attention_masks(gm: torch.fx.GraphModule, example_inputs, needs_grad) -> None:
     """Drop attention masks that keep every score; say is_causal for causal ones."""
+    changed = False
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
             continue
@@ -320,7 +316,9 @@ def fold_attention_masks(gm: torch.fx.GraphModule, example_inputs, needs_grad) -
         kwargs.update(attn_mask=None, is_causal=meaning == "causal")
         node.args, node.kwargs = node.args[:3], kwargs
         _erase_unused(mask)
-    gm.recompile()
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _erase_unused(node: torch.fx.Node) -> None:

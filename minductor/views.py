@@ -626,7 +626,8 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
 POINTWISE_CAT_PIECES = 4  # the most pieces a cat read in place by its users may have
 
 
-def _pointwise_use(node: torch.fx.Node) -> bool:
+def is_pointwise_use(node: torch.fx.Node) -> bool:
+    """Whether node is an elementwise ATen op (chapter 11's addmm asks it too)."""
     target = node.target
     return isinstance(target, OpOverload) and torch.Tag.pointwise in target.tags
 
@@ -666,7 +667,7 @@ def cat(graph, tensors, dim=0):
     if (
         1 < len(tensors) <= POINTWISE_CAT_PIECES
         and users
-        and all(map(_pointwise_use, users))
+        and all(map(is_pointwise_use, users))
         and product(size) != 0
     ):
         return _pointwise_cat(tensors, dim, size, dtype, device)
