@@ -47,21 +47,24 @@ def _aligned(n: sympy.Expr, dtype: torch.dtype) -> sympy.Expr:
 
 
 def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
-    """A 2-d x with zeros up to size, stored in x's own memory order."""
+    """x (a matrix, or a bias vector) with zeros up to size, stored in x's own memory
+    order."""
     old, load, dtype = x.get_size(), x.make_loader(), x.get_dtype()
-    device = x.get_device()
-    order = [1, 0] if x.layout.stride[0] == 1 != x.layout.stride[1] else [0, 1]
+    device, dims = x.get_device(), range(len(old))
+    order = list(dims)
+    if len(old) == 2 and x.layout.stride[0] == 1 != x.layout.stride[1]:
+        order = [1, 0]  # a transposed matrix is padded as the matrix it views
     stored = [size[d] for d in order]  # the copy's dimensions, outer first
 
     def inner_fn(index):
-        at = [index[order.index(d)] for d in range(2)]
+        at = [index[order.index(d)] for d in dims]
         zero_index = ops.constant(0, torch.int64)
         inside = [
             ops.lt(ops.index_expr(at[d] - old[d], torch.int64), zero_index)
-            for d in range(2)
+            for d in dims
             if size[d] != old[d]
         ]
-        value = load([sympy.Min(at[d], old[d] - 1) for d in range(2)])
+        value = load([sympy.Min(at[d], old[d] - 1) for d in dims])
         zero = ops.constant(0, dtype)
         return ops.where(functools.reduce(ops.logical_and, inside), value, zero)
 
@@ -69,9 +72,15 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
     body = Pointwise(device, dtype, inner_fn, tuple(stored), frozenset({"pad"}))
     copy = ComputedBuffer(graph.new_buffer_name(), layout, body)
     graph.register_buffer(copy)
-    stride = [layout.stride[order.index(d)] for d in range(2)]
+    stride = [layout.stride[order.index(d)] for d in dims]
     view = FixedLayout(device, dtype, tuple(size), tuple(stride))
     return TensorBox(ReinterpretView(copy, view)).realize(graph)
+
+
+def per_column(bias, a, b) -> bool:
+    """Whether an addmm's bias holds one value per column of the result."""
+    size = bias.get_size()
+    return len(size) == 1 and size[0] == b.get_size()[1]
 
 
 def needs_padding(a, b) -> bool:
@@ -80,8 +89,11 @@ def needs_padding(a, b) -> bool:
     return any(_aligned(d, dtype) != d for d in (m, k, n))
 
 
-def padded_mm(graph: GraphLowering, a: Buffer, b: Buffer) -> TensorBox | None:
-    """a @ b over dimensions padded to 16 bytes, or None if none needs it."""
+def padded_mm(
+    graph: GraphLowering, a: Buffer, b: Buffer, bias: Buffer | None = None, **scales
+) -> TensorBox | None:
+    """a @ b over dimensions padded to 16 bytes, or None if none needs it; with a
+    bias of one value per column, addmm."""
     if not needs_padding(a, b):
         return None
     (m, k), n, dtype = a.get_size(), b.get_size()[1], a.get_dtype()
@@ -90,8 +102,11 @@ def padded_mm(graph: GraphLowering, a: Buffer, b: Buffer) -> TensorBox | None:
     b = padded(graph, b, [kp, np_]) if (kp, np_) != (k, n) else b
     device = a.get_device()
     layout = FixedLayout.contiguous(device, dtype, (mp, np_))
-    name, op = graph.new_buffer_name(), aten.mm.default
-    out = ExternKernelOut(name, layout, op, (a, b), {}, kernel=EXTERN_OUT[op])
+    name, op, args = graph.new_buffer_name(), aten.mm.default, (a, b)
+    if bias is not None:
+        bias = padded(graph, bias, [np_]) if np_ != n else bias
+        op, args = aten.addmm.default, (bias, a, b)
+    out = ExternKernelOut(name, layout, op, args, scales, kernel=EXTERN_OUT[op])
     graph.register_buffer(out)
     graph.extern_kernels.append(out.kernel)
     window = FixedLayout(device, dtype, (m, n), layout.stride)
@@ -106,7 +121,13 @@ def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
     args = tuple(
         graph.realize_viewed(a) if isinstance(a, TensorBox) else a for a in args
     )
-    if op == aten.mm.default and (result := padded_mm(graph, *args)) is not None:
+    result = None
+    if op == aten.mm.default:
+        result = padded_mm(graph, *args)
+    elif op == aten.addmm.default and per_column(*args):
+        bias, a, b = args
+        result = padded_mm(graph, a, b, bias, **kwargs)
+    if result is not None:
         return result
     layout = FixedLayout.from_tensor(graph.current_node.meta["val"])
     buf = ExternKernelOut(
@@ -136,7 +157,8 @@ def _is_pointwise_use(node: torch.fx.Node) -> bool:
 def addmm(graph, bias, a, b, *, beta=1, alpha=1):
     users = graph.current_node.users
     unfuse = users and all(map(_is_pointwise_use, users))
-    if beta == 1 and alpha == 1 and (unfuse or needs_padding(a, b)):
+    split = unfuse or (needs_padding(a, b) and not per_column(bias, a, b))
+    if beta == 1 and alpha == 1 and split:
         return add(extern_out(graph, aten.mm.default, (a, b), {}), bias)
     kwargs = {"beta": beta, "alpha": alpha}
     return extern_out(graph, aten.addmm.default, (bias, a, b), kwargs)

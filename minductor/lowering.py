@@ -582,6 +582,18 @@ def _no_overlap(size, stride) -> bool:
     return True
 
 
+def _same_order(layout: FixedLayout, stride: Sequence[int]) -> bool:
+    """Whether a window's memory order is eager's (size-1 dims do not count), with no
+    element twice in memory and every stride a number."""
+    ours = layout.stride
+    if not all(isinstance(s, sympy.Integer) for s in (*layout.size, *ours)):
+        return False
+    dims = [d for d, n in enumerate(layout.size) if n != 1]
+    by_ours = sorted(dims, key=lambda d: int(ours[d]))
+    by_eager = sorted(dims, key=lambda d: stride[d])
+    return by_ours == by_eager and _no_overlap(layout.size, ours)
+
+
 def _dense(size, stride) -> bool:
     """Whether a tensor of this size and stride fills its memory, each element once:
     ordered by stride, each dimension's stride is the product of the sizes inside it."""
@@ -758,6 +770,9 @@ class GraphLowering(torch.fx.Interpreter):
         static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
         if not static or not _no_overlap(meta.shape, meta.stride()):
             return box.realize(self)
+        window = None if isinstance(box.data, Buffer) else strided_view(box.data)
+        if window is not None and _same_order(window.layout, meta.stride()):
+            return box.realize(self)  # a window in eager's order: padding allowed
         return self.realize_as(box, as_exprs(meta.stride()))
 
     def realize_as(self, box: TensorBox, stride: tuple[sympy.Expr, ...]) -> Buffer:

@@ -161,7 +161,18 @@ PADDED = {
     "M, K and N padded": (lambda a, b: a @ b, [(1025, 1026), (1026, 1027)]),
     "linear with bias returned": (F.linear, [(2, 3, 64), (1027, 64), (1027,)]),
     "addmm, 2-d bias": (torch.addmm, [(1, 1027), (8, 64), (64, 1027)]),
+    "addmm, bias and M padded": (torch.addmm, [(64,), (1025, 8), (8, 64)]),
+    "addmm scaled, bias padded": (
+        lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+        [(1027,), (8, 64), (64, 1027)],
+    ),
 }
+
+
+def memory_order(t: torch.Tensor) -> list[int]:
+    """t's dimensions from the innermost out (size-1 dimensions do not count)."""
+    dims = [d for d in range(t.dim()) if t.shape[d] != 1]
+    return sorted(dims, key=t.stride)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -174,12 +185,62 @@ def test_long_unaligned_matmul_dims_are_padded_and_outputs_are_eagers(case, devi
         out = torch.compile(fn, backend="minductor")(*args)
     expected = fn(*args)
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
-    assert out.stride() == expected.stride()  # contiguous, so the caller may view it
+    # eager's memory order; a padded result is returned as a window, rows and all
+    assert memory_order(out) == memory_order(expected)
+    flat, flat_expected = out.reshape(-1), expected.reshape(-1)
+    torch.testing.assert_close(flat, flat_expected, atol=1e-4, rtol=1e-4)
     source = graphs[0].source
-    assert "extern_kernels.mm(" in source and graphs[0].fallbacks == []
+    assert "extern_kernels.mm(" in source or "extern_kernels.addmm(" in source
+    assert graphs[0].fallbacks == []
     sizes = [d for shape in shapes for d in shape if d > 1000]
     for d in sizes:  # each long odd dimension is padded to a multiple of 4 floats
         assert str(-(-d // 4) * 4) in source
+    # nothing copies the padded result out: the only kernels pad operands, or compute
+    # what the function asks of the product (the 2-d bias's add, the doubling)
+    others = [k for k in graphs[0].kernel_names if "pad" not in k]
+    assert len(others) == (case in ("mm then pointwise", "addmm, 2-d bias")), others
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_output_rows_keep_their_padding(device):
+    x, w = randn(2, 3, 64, device=device), randn(1027, 64, device=device)
+    bias = randn(1027, device=device)
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        logits = torch.compile(F.linear, backend="minductor")(x, w, bias)
+    assert logits.stride() == (3 * 1028, 1028, 1)  # rows of 1028, 1027 of them read
+    assert "extern_kernels.addmm(" in graphs[0].source  # cuBLAS adds the padded bias
+    expected = F.linear(x, w, bias)
+    # what a loss does with logits: merge the dimensions before the padded one
+    torch.testing.assert_close(
+        logits.view(-1, 1027), expected.view(-1, 1027), atol=1e-4, rtol=1e-4
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("returned", [False, True])
+def test_padded_windows_saved_for_backward_give_eagers_gradients(returned, device):
+    """The forward hands the backward a padded window (the product, which the square's
+    backward needs); the backward reads it through its real strides."""
+    x = randn(5, 32, device=device).requires_grad_()
+    w = randn(1027, 32, device=device).requires_grad_()
+
+    def fn(x, w):
+        y = x @ w.t()
+        loss = (y * y).sum()
+        return (loss, y) if returned else loss
+
+    expected = torch.autograd.grad(fn(x, w)[0] if returned else fn(x, w), (x, w))
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="minductor")
+    result = compiled(x, w)
+    loss = result[0] if returned else result
+    if returned:
+        assert result[1].stride() == (1028, 1)
+        torch.testing.assert_close(result[1], x @ w.t(), atol=1e-4, rtol=1e-4)
+    got = torch.autograd.grad(loss, (x, w))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-3, rtol=1e-4)
 
 
 @pytest.mark.parametrize("device", DEVICES)
