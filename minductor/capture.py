@@ -19,7 +19,7 @@ from torch._dynamo.exc import TorchDynamoException
 from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
 from minductor.lowering import CannotCompile, GraphLowering
-from minductor.runtime import interpret_mode, load_module
+from minductor.runtime import interpret_mode, load_module, precompile
 from minductor.scheduler import Scheduler
 from minductor.wrapper import WrapperCodeGen
 
@@ -129,6 +129,7 @@ def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
     wrapper = WrapperCodeGen(graph, scheduler, interpret=device.type == "cpu")
     source = wrapper.generate()
     module = load_module(source)
+    precompile(module, wrapper.warm_ups(), device)
     compiled = CompiledGraph(
         source,
         module.__file__,

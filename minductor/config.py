@@ -44,6 +44,9 @@ class Config:
     cache_dir: str = field(default_factory=_default_cache_dir)
     # time a few block sizes per kernel on the GPU, keep the fastest (ch. 16)
     max_autotune: bool = False
+    # threads that compile a graph's kernels before its first call; 1: each kernel
+    # compiles at its first launch instead (ch. 16)
+    compile_threads: int = min(8, os.cpu_count() or 1)
     # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 17)
     cudagraphs: bool = False
     # most recordings of a graph (one per input shape) before plain launches (ch. 17)

@@ -283,7 +283,7 @@ def check(row: Row, got: dict, eager: dict, fp64: dict) -> str:
 
 
 WARMUP = {"cuda": 3, "cpu": 1}  # steps before timing
-STEPS = {"cuda": 10, "cpu": 2}  # timed steps, of which the median is reported
+STEPS = {"cuda": 30, "cpu": 2}  # timed steps, of which the median is reported
 
 
 def timed(fn, device: str):

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -186,6 +187,56 @@ def launch(
             launcher(*args, *sizes)
         return
     launcher(*args, *sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+    """One launch that can be compiled before the graph's first call."""
+
+    kernel: str  # its name in the generated module
+    buffers: tuple[tuple[torch.dtype, bool], ...]  # each pointer's dtype, and aligned?
+    sizes: tuple[int, ...]  # xnumel, and rnumel for a reduction
+    blocks: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
+
+
+def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device):
+    """Compile a module's kernels on a pool of threads, for the launches to come."""
+    threads = min(config.compile_threads, len({w.kernel for w in warm_ups}))
+    if interpret_mode() or device.type != "cuda" or threads <= 1:
+        return
+    by_kernel: dict[str, list[WarmUp]] = {}
+    for w in warm_ups:  # one kernel's variants in turn, on one thread
+        by_kernel.setdefault(w.kernel, []).append(w)
+    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
+    with fake_off():  # compiling happens inside Dynamo's fake mode
+        base = {d: torch.empty(32, dtype=d, device=device) for w in warm_ups
+                for d, _ in w.buffers}  # fmt: skip
+
+    def stand_in(dtype: torch.dtype, aligned: bool) -> torch.Tensor:
+        return base[dtype] if aligned else base[dtype][1:]  # one element in
+
+    def compile_kernel(name: str) -> None:
+        kernel = getattr(module, name)
+        with torch.cuda.device(device):  # a new thread starts on GPU 0
+            for w in by_kernel[name]:
+                args = [stand_in(*b) for b in w.buffers] + list(w.sizes)
+                blocks = dict(w.blocks)
+                grid = (-(-w.sizes[0] // blocks["XBLOCK"]),)
+                try:
+                    binary = kernel.warmup(*args, grid=grid, **blocks)
+                    load = getattr(binary, "_init_handles", None)
+                    if load is not None:  # on the GPU, with its launcher built
+                        load()
+                except Exception as error:  # the launch will compile it, and say
+                    log.debug("minductor: warm-up of %s failed: %s", name, error)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(compile_kernel, by_kernel))
+    log.info(
+        "minductor: compiled %d kernels on %d threads in %.2f s",
+        len(by_kernel), threads, time.perf_counter() - start,
+    )  # fmt: skip
 
 
 def _cpp(name: str, fallback: Callable) -> Callable:

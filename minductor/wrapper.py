@@ -26,7 +26,7 @@ from minductor.ir import (
     TensorBox,
 )
 from minductor.lowering import GraphLowering
-from minductor.runtime import autotune_kernel
+from minductor.runtime import WarmUp, autotune_kernel
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
 from minductor.sizevars import pexpr
 
@@ -695,3 +695,25 @@ class WrapperCodeGen:
         return ["def benchmark_compiled_module(times=10, repeat=10):"] + [
             "    " + line for line in body
         ]
+
+
+    def warm_ups(self) -> list[WarmUp]:
+        """The launches of `call` whose kernels can be compiled before it runs."""
+        found: dict[WarmUp, None] = {}  # in launch order, each once
+        for line in self.lines:
+            k = line.kernel if isinstance(line, KernelCallLine) else None
+            if k is None or k.size_args or k.per_call_blocks:
+                continue
+            meta = dict(k.meta)
+            sizes = (k.numel, k.rnumel) if "RBLOCK" in meta else (k.numel,)
+            layouts = [self.layouts.get(name) for name in k.call_args]
+            numbers = all(isinstance(n, (int, sympy.Integer)) for n in sizes)
+            if not numbers or int(sizes[0]) == 0 or None in layouts:
+                continue
+            buffers = tuple(
+                (lay.dtype, sympy.Mod(lay.offset * lay.dtype.itemsize, 16) == 0)
+                for lay in layouts
+            )
+            sizes = tuple(int(n) for n in sizes)
+            found[WarmUp(line.kernel_name, buffers, sizes, tuple(meta.items()))] = None
+        return list(found)

@@ -322,3 +322,115 @@ def test_benchmark_reports_the_median_in_milliseconds(monkeypatch):
     ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020])  # 10 ms, 30 ms, 20 ms
     monkeypatch.setattr(runtime.time, "perf_counter", lambda: next(ticks))
     assert benchmark(lambda: None, times=1, repeat=3) == pytest.approx(20.0)
+
+
+# --- compiling before the first call --------------------------------------------------
+
+
+def _wrapper_for(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minductor.lowering import GraphLowering
+    from minductor.scheduler import Scheduler
+    from minductor.wrapper import WrapperCodeGen
+
+    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+    wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
+    wrapper.generate()
+    return wrapper
+
+
+def test_warm_ups_name_each_launch_with_its_dtypes_alignment_and_sizes():
+    def f(x, n, i):
+        y = x.sum(-1) + n[1:].float()
+        # the cat's second piece is written 7 floats into its buffer: not aligned
+        return torch.cat([y.exp(), x[0, :5].sin()]), (i * 2) == 4
+
+    x, n, i = torch.randn(7, 33), torch.arange(8, dtype=torch.int32), torch.arange(6)
+    wrapper = _wrapper_for(f, x, n, i)
+    warm_ups = wrapper.warm_ups()
+    kernels = {line.kernel_name for line in wrapper.lines if hasattr(line, "kernel")}
+    assert {w.kernel for w in warm_ups} == kernels  # static sizes: every kernel
+    assert len(warm_ups) == len(kernels) == 3
+    by_sizes = {w.sizes: w for w in warm_ups}
+    reduction = by_sizes[(7, 33)]  # xnumel, then rnumel
+    assert "RBLOCK" in dict(reduction.blocks) and "num_warps" in dict(reduction.blocks)
+    assert (torch.int32, True) in reduction.buffers
+    assert by_sizes[(6,)].buffers == ((torch.int64, True), (torch.bool, True))
+    sin = next(w for w in warm_ups if "sin" in w.kernel)
+    assert sin.buffers[-1] == (torch.float32, False)  # 28 bytes into the cat
+
+
+def test_launches_with_symbolic_sizes_are_left_to_compile_at_launch():
+    from minductor.capture import record_compiled
+
+    warm = []
+    real = runtime.precompile
+
+    def spy(module, warm_ups, device):
+        warm.append(warm_ups)
+        return real(module, warm_ups, device)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: (x * 2).sin(), backend="minductor", dynamic=True)
+    with record_compiled() as graphs, pytest.MonkeyPatch.context() as mp:
+        mp.setattr("minductor.capture.precompile", spy)
+        x = torch.randn(6, 5, device=DEVICE)
+        out = fn(x)
+    torch.testing.assert_close(out, (x * 2).sin())
+    assert graphs and warm == [[]]  # one graph, its one launch over s0*s1 elements
+
+
+def test_compile_threads_is_an_option():
+    torch._dynamo.reset()
+    x = torch.randn(9, device=DEVICE)
+    fn = torch.compile(lambda x: x.cos() * 3, backend="minductor",
+                       options={"compile_threads": 1})  # fmt: skip
+    torch.testing.assert_close(fn(x), x.cos() * 3)
+    with pytest.raises(Exception, match="compile_threads"):
+        torch.compile(lambda x: x + 1, backend="minductor",
+                      options={"compile_threads": "many"})(x)  # fmt: skip
+
+
+def _compiles_by_thread(monkeypatch, threads: int, scale: float):
+    """Which threads Triton's compiler ran on, for a graph of fresh kernels."""
+    import threading
+
+    from minductor.capture import record_compiled
+
+    import triton.compiler
+
+    # a kernel binds Triton's compile function when it first runs on a device
+    main, seen, real = threading.main_thread(), [], triton.compiler.compile
+
+    def spy(src, *args, **kwargs):
+        seen.append(threading.current_thread() is main)
+        return real(src, *args, **kwargs)
+
+    monkeypatch.setattr(triton.compiler, "compile", spy)
+    torch._dynamo.reset()
+    x = torch.randn(33, 65, device="cuda")
+
+    def f(x):  # the scale makes the kernels' text new to this process
+        return (x * scale).sin(), (x + scale).sum(-1), (x - scale).amax(0)
+
+    fn = torch.compile(f, backend="minductor", options={"compile_threads": threads})
+    with record_compiled() as graphs:
+        results = fn(x)
+    for got, want in zip(results, f(x), strict=True):
+        torch.testing.assert_close(got, want)
+    (graph,) = graphs
+    assert len(seen) == len(graph.kernel_names) == 2  # the sum fuses with the sin
+    return seen
+
+
+@pytest.mark.cuda
+def test_kernels_compile_on_threads_before_the_first_launch(monkeypatch):
+    seen = _compiles_by_thread(monkeypatch, 4, 1.0 + uuid.uuid4().int % 10**6 / 1e7)
+    assert not any(seen)  # every kernel compiled, none on the main thread
+
+
+@pytest.mark.cuda
+def test_one_compile_thread_compiles_each_kernel_at_its_launch(monkeypatch):
+    seen = _compiles_by_thread(monkeypatch, 1, 2.0 + uuid.uuid4().int % 10**6 / 1e7)
+    assert all(seen)  # each at its launch
