@@ -13,6 +13,7 @@ from minductor.ir import (
     ExternKernelOut,
     FixedLayout,
     Pointwise,
+    ReinterpretBuffer,
     ReinterpretView,
     TensorBox,
 )
@@ -55,6 +56,15 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
     if len(old) == 2 and x.layout.stride[0] == 1 != x.layout.stride[1]:
         order = [1, 0]  # a transposed matrix is padded as the matrix it views
     stored = [size[d] for d in order]  # the copy's dimensions, outer first
+    stride = [x.layout.stride[d] for d in order]
+    root = x
+    while isinstance(root, ReinterpretBuffer):
+        root = root.base
+    # a gradient and its transpose, padded for a backward's two matmuls, are one copy
+    key = (root.name, x.layout.offset, dtype, *stored, *stride, *(old[d] for d in order))
+    copies = vars(graph).setdefault("padded_copies", {})
+    if key in copies:
+        return _window(graph, copies[key], order, size)
 
     def inner_fn(index):
         at = [index[order.index(d)] for d in dims]
@@ -70,10 +80,15 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
 
     layout = FixedLayout.contiguous(device, dtype, stored)
     body = Pointwise(device, dtype, inner_fn, tuple(stored), frozenset({"pad"}))
-    copy = ComputedBuffer(graph.new_buffer_name(), layout, body)
+    copy = copies[key] = ComputedBuffer(graph.new_buffer_name(), layout, body)
     graph.register_buffer(copy)
-    stride = [layout.stride[order.index(d)] for d in dims]
-    view = FixedLayout(device, dtype, tuple(size), tuple(stride))
+    return _window(graph, copy, order, size)
+
+
+def _window(graph: GraphLowering, copy: Buffer, order: list[int], size) -> Buffer:
+    """The padded copy seen with the operand's dimensions (its memory order is order)."""
+    stride = [copy.layout.stride[order.index(d)] for d in range(len(size))]
+    view = FixedLayout(copy.get_device(), copy.get_dtype(), tuple(size), tuple(stride))
     return TensorBox(ReinterpretView(copy, view)).realize(graph)
 
 

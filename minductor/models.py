@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -304,6 +305,17 @@ def on_device(inputs: dict, device: str, dtype: torch.dtype) -> dict:
     }
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """A block whose collections never walk the objects that exist when it starts."""
+    gc.collect()
+    gc.freeze()  # what exists now (other backends' leftovers too) is never scanned
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def first_line(error: BaseException) -> str:
     while getattr(error, "inner_exception", None) is not None:  # Dynamo's wrapper
         error = error.inner_exception
@@ -330,15 +342,11 @@ def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dic
         got = snapshot(model, out)
         for _ in range(WARMUP[device]):
             step(fn, inputs, training)
-        gc.collect()
-        gc.freeze()  # what exists now (other backends' leftovers too) is never scanned
-        try:
+        with frozen_heap():
             times = [
                 timed(lambda: step(fn, inputs, training), device)[1]
                 for _ in range(STEPS[device])
             ]
-        finally:
-            gc.unfreeze()
         row.step_ms = statistics.median(times) * 1e3
     if device == "cuda":
         row.peak_mib = torch.cuda.max_memory_allocated() / 2**20

@@ -273,3 +273,26 @@ def test_padded_matmuls_give_eagers_gradients(device):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
     assert all(g.fallbacks == [] for g in graphs)
     assert sum("1028" in g.source for g in graphs) == 2  # padded in both graphs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_gradient_padded_for_both_backward_matmuls_is_copied_once(device):
+    """The logits' gradient feeds grad_input (K padded) and, transposed, grad_weight
+    (M padded): one padded copy serves both, and the weight gets its own."""
+    x = randn(6, 32, device=device).requires_grad_()
+    w = randn(1027, 32, device=device).requires_grad_()
+    target = torch.arange(6, device=device)
+
+    def loss(x, w):
+        return F.cross_entropy(x @ w.t(), target)
+
+    expected = torch.autograd.grad(loss(x, w), (x, w))
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        got = torch.autograd.grad(torch.compile(loss, backend="minductor")(x, w), (x, w))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    backward = graphs[1].source
+    pads = [line for line in backward.splitlines() if "launch(triton_poi_fused_pad" in line]
+    assert len(pads) == 2, pads  # the gradient once, the weight once
+    assert backward.count("extern_kernels.mm(") == 2

@@ -9,7 +9,6 @@ minductor's generated modules written to OUTDIR for reading. With a fifth argume
 
 import copy
 import cProfile
-import gc
 import os
 import pstats
 import sys
@@ -20,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minductor.capture import record_compiled
-from minductor.models import DTYPES, MODELS, on_device, step
+from minductor.models import DTYPES, MODELS, frozen_heap, on_device, step
 
 
 def build(name: str, training: bool):
@@ -69,37 +68,35 @@ def main(name: str, mode: str, dtype: str, out: str, rows: int = 30) -> None:
                 step(fn, x, training)
         for k, g in enumerate(graphs):
             Path(out, f"{name}_{mode}_graph{k}.py").write_text(g.source)
-        gc.collect()
-        gc.freeze()  # as the suite times: earlier backends' objects are never scanned
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(10):
-            step(fn, x, training)
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - t) / 10 * 1e3
-        enqueue = []  # the host's own time: the step without waiting for the GPU
-        for _ in range(5):
+        with frozen_heap():  # as the suite times: earlier objects are never scanned
             torch.cuda.synchronize()
             t = time.perf_counter()
-            step(fn, x, training)
-            enqueue.append((time.perf_counter() - t) * 1e3)
-        torch.cuda.synchronize()
-        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-        with profile(activities=activities) as prof:
-            for _ in range(5):
+            for _ in range(10):
                 step(fn, x, training)
             torch.cuda.synchronize()
-        events = prof.key_averages()
-        kernels = [e for e in events if e.device_type.name == "CUDA"]
-        gpu = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
-        launches = sum(e.count for e in kernels) / 5
-        table = events.table(sort_by="self_cuda_time_total", row_limit=rows)
-        print(f"== {name} {mode} {dtype} {backend}: wall {wall:.2f} ms/step, "
-              f"GPU {gpu:.2f} ms/step, {launches:.0f} kernels/step")
-        print(table)
-        print(events.table(sort_by="self_cpu_time_total", row_limit=12))
-        Path(out, f"{name}_{mode}_{backend}_profile.txt").write_text(table)
-        gc.unfreeze()
+            wall = (time.perf_counter() - t) / 10 * 1e3
+            enqueue = []  # the host's own time: the step without waiting for the GPU
+            for _ in range(5):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                step(fn, x, training)
+                enqueue.append((time.perf_counter() - t) * 1e3)
+            torch.cuda.synchronize()
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+            with profile(activities=activities) as prof:
+                for _ in range(5):
+                    step(fn, x, training)
+                torch.cuda.synchronize()
+            events = prof.key_averages()
+            kernels = [e for e in events if e.device_type.name == "CUDA"]
+            gpu = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
+            launches = sum(e.count for e in kernels) / 5
+            table = events.table(sort_by="self_cuda_time_total", row_limit=rows)
+            print(f"== {name} {mode} {dtype} {backend}: wall {wall:.2f} ms/step, "
+                  f"GPU {gpu:.2f} ms/step, {launches:.0f} kernels/step")
+            print(table)
+            print(events.table(sort_by="self_cpu_time_total", row_limit=12))
+            Path(out, f"{name}_{mode}_{backend}_profile.txt").write_text(table)
         summary.append((backend, wall, min(enqueue), gpu, launches))
         del model, fn
     print(f"| {name} {mode} {dtype} | wall ms | host ms | GPU ms | kernels/step |")
