@@ -723,3 +723,38 @@ def test_rounding_signs_and_fmod_lower_to_kernels(dtype):
         if want.dtype.is_floating_point:  # the signs of zeros too
             number = ~want.isnan()
             assert torch.equal(torch.signbit(g[number]), torch.signbit(want[number]))
+
+
+def _layout(size, stride):
+    from minductor.ir import FixedLayout
+
+    return FixedLayout(
+        torch.device("cpu"),
+        torch.float32,
+        tuple(sympy.sympify(n) for n in size),
+        tuple(sympy.sympify(s) for s in stride),
+    )
+
+
+@pytest.mark.parametrize(
+    "size, ours, eager, same",
+    [
+        ((4, 1027), (1028, 1), (1027, 1), True),  # padded rows: eager's order
+        ((2, 3, 1027), (3 * 1028, 1028, 1), (3 * 1027, 1027, 1), True),
+        ((4, 1027), (1, 4), (1027, 1), False),  # transposed: another order
+        ((1, 1027), (7, 1), (1027, 1), True),  # a size-1 dimension's stride is unused
+        ((4, 5), (0, 1), (5, 1), False),  # expanded: elements share memory
+        ((3, 4, 5), (20, 1, 4), (20, 5, 1), False),  # channels-last-like vs contiguous
+    ],
+)
+def test_windows_returned_as_outputs_keep_eagers_memory_order(size, ours, eager, same):
+    from minductor.lowering import _same_order
+
+    assert _same_order(_layout(size, ours), eager) is same
+
+
+def test_a_window_with_symbolic_strides_is_not_taken_as_eagers():
+    from minductor.lowering import _same_order
+
+    s0 = sympy.Symbol("s0", positive=True, integer=True)
+    assert _same_order(_layout((4, 5), (s0, 1)), (5, 1)) is False
