@@ -582,6 +582,15 @@ def _no_overlap(size, stride) -> bool:
     return True
 
 
+def _graph_value(fx_arg: Any, value: Any) -> torch.Tensor | None:
+    """The fake tensor the graph records for an op's argument, if it is the argument
+    we hold at this place (same sizes); else None."""
+    meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor):
+        return None
+    return meta if tuple(as_exprs(meta.size())) == tuple(value.get_size()) else None
+
+
 def _same_order(layout: FixedLayout, stride: Sequence[int]) -> bool:
     """Whether a window's memory order is eager's (size-1 dims do not count), with no
     element twice in memory and every stride a number."""
@@ -797,12 +806,7 @@ class GraphLowering(torch.fx.Interpreter):
         straight into the strides the graph gives that argument, so that the exact
         strides asked for below need no copy (a rotary embedding computed into the
         head-major layout attention reads)."""
-        meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
-        if (
-            isinstance(box.data, Pointwise)
-            and isinstance(meta, torch.Tensor)
-            and tuple(as_exprs(meta.size())) == tuple(box.get_size())
-        ):
+        if isinstance(box.data, Pointwise) and _graph_value(fx_arg, box) is not None:
             return self._as_eager(box, fx_arg)
         return self.realize_viewed(box)
 
@@ -897,11 +901,9 @@ class GraphLowering(torch.fx.Interpreter):
             fixed = isinstance(value, Buffer) and isinstance(value.layout, FixedLayout)
             if name in written or not fixed:
                 return value
-            meta = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
-            if not isinstance(meta, torch.Tensor):
+            meta = _graph_value(fx_arg, value)
+            if meta is None:  # not the graph's argument at this place
                 return value
-            if tuple(as_exprs(meta.size())) != tuple(value.get_size()):
-                return value  # not the graph's argument at this place
             return self.require_strides(value, as_exprs(meta.stride()))
 
         args = tuple(
