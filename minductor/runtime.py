@@ -107,6 +107,17 @@ class Launcher:
             self.device = _current_device()
             self.grid3 = self.grid + (1,) * (3 - len(self.grid))
 
+    def warm_up(self, *args) -> None:
+        """Compile the binary for arguments like these, and load it, launching
+        nothing (`precompile`, below; `_init_handles` is private to Triton, so it is
+        used only where this Triton has it)."""
+        binary = self.kernel.warmup(
+            *args, grid=self.grid, **self.blocks, num_warps=self.num_warps
+        )
+        load = getattr(binary, "_init_handles", None)
+        if load is not None:  # on the GPU, with its launcher built
+            load()
+
 
 # torch.cuda.current_device() checks that CUDA is initialized first: three Python calls
 # per launch; the C function alone, where this torch has CUDA
@@ -154,6 +165,19 @@ def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
     return reduction_config(numel, rnumel, "per", interpret_mode(), inner)
 
 
+def launcher_for(kernel, sizes, symbols, XBLOCK, RBLOCK, num_warps) -> Launcher:
+    """The Launcher of one call site: made at its first launch, then looked up."""
+    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK, num_warps)
+    launcher = _launchers.get(key)
+    if launcher is None:
+        grid = ((sizes[0] + XBLOCK - 1) // XBLOCK,)
+        blocks = {"XBLOCK": XBLOCK}
+        if RBLOCK is not None:
+            blocks["RBLOCK"] = RBLOCK
+        launcher = _launchers[key] = Launcher(kernel, grid, blocks, num_warps)
+    return launcher
+
+
 def launch(
     kernel,
     numel: int,
@@ -174,14 +198,7 @@ def launch(
     symbols = ()
     if args and not isinstance(args[-1], torch.Tensor):
         symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
-    key = (id(kernel), sizes, symbols, XBLOCK, RBLOCK, num_warps)
-    launcher = _launchers.get(key)
-    if launcher is None:
-        grid = ((numel + XBLOCK - 1) // XBLOCK,)
-        blocks = {"XBLOCK": XBLOCK}
-        if RBLOCK is not None:
-            blocks["RBLOCK"] = RBLOCK
-        launcher = _launchers[key] = Launcher(kernel, grid, blocks, num_warps)
+    launcher = launcher_for(kernel, sizes, symbols, XBLOCK, RBLOCK, num_warps)
     if torch.autograd.profiler._is_profiler_enabled:  # a range named after the kernel
         with torch._C._profiler._RecordFunctionFast(kernel.__name__):
             launcher(*args, *sizes)
@@ -204,9 +221,14 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
     threads = min(config.compile_threads, len({w.kernel for w in warm_ups}))
     if interpret_mode() or device.type != "cuda" or threads <= 1:
         return
-    by_kernel: dict[str, list[WarmUp]] = {}
-    for w in warm_ups:  # one kernel's variants in turn, on one thread
-        by_kernel.setdefault(w.kernel, []).append(w)
+    by_kernel: dict[str, list[tuple[Launcher, WarmUp]]] = {}
+    for w in warm_ups:  # the launchers the first call will find; a kernel's on one thread
+        blocks = dict(w.blocks)
+        kernel, rblock = getattr(module, w.kernel), blocks.get("RBLOCK")
+        launcher = launcher_for(
+            kernel, w.sizes, (), blocks["XBLOCK"], rblock, blocks["num_warps"]
+        )
+        by_kernel.setdefault(w.kernel, []).append((launcher, w))
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     with fake_off():  # compiling happens inside Dynamo's fake mode
         base = {d: torch.empty(32, dtype=d, device=device) for w in warm_ups
@@ -216,17 +238,11 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
         return base[dtype] if aligned else base[dtype][1:]  # one element in
 
     def compile_kernel(name: str) -> None:
-        kernel = getattr(module, name)
         with torch.cuda.device(device):  # a new thread starts on GPU 0
-            for w in by_kernel[name]:
-                args = [stand_in(*b) for b in w.buffers] + list(w.sizes)
-                blocks = dict(w.blocks)
-                grid = (-(-w.sizes[0] // blocks["XBLOCK"]),)
+            for launcher, w in by_kernel[name]:
+                args = [stand_in(*b) for b in w.buffers]
                 try:
-                    binary = kernel.warmup(*args, grid=grid, **blocks)
-                    load = getattr(binary, "_init_handles", None)
-                    if load is not None:  # on the GPU, with its launcher built
-                        load()
+                    launcher.warm_up(*args, *w.sizes)
                 except Exception as error:  # the launch will compile it, and say
                     log.debug("minductor: warm-up of %s failed: %s", name, error)
 

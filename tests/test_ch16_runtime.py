@@ -434,3 +434,22 @@ def test_kernels_compile_on_threads_before_the_first_launch(monkeypatch):
 def test_one_compile_thread_compiles_each_kernel_at_its_launch(monkeypatch):
     seen = _compiles_by_thread(monkeypatch, 1, 2.0 + uuid.uuid4().int % 10**6 / 1e7)
     assert all(seen)  # each at its launch
+
+
+def test_a_warm_up_goes_through_the_launcher_the_launch_will_use():
+    class Kernel:  # records what Triton's JITFunction.warmup would be given
+        __name__ = "fake"
+
+        def warmup(self, *args, grid, **kwargs):
+            self.seen = (args, grid, kwargs)
+
+    kernel = Kernel()
+    launcher = runtime.launcher_for(kernel, (1000, 33), (), 256, 64, 4)
+    launcher.warm_up("in_ptr", "out_ptr", 1000, 33)
+    assert kernel.seen == (
+        ("in_ptr", "out_ptr", 1000, 33),
+        (4,),  # ceil(1000 / 256) programs
+        {"XBLOCK": 256, "RBLOCK": 64, "num_warps": 4},
+    )
+    assert runtime.launcher_for(kernel, (1000, 33), (), 256, 64, 4) is launcher
+    assert runtime.launcher_for(kernel, (1000, 33), (), 128, 64, 4) is not launcher
