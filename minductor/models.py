@@ -34,6 +34,7 @@ from minductor.config import config
 
 BACKENDS = ("eager", "inductor", "minductor")
 MODES = ("inference", "training")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile(mode=)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -216,6 +217,7 @@ class Row:
     status: str = "ok"  # ok, wrong: why, error: the exception's first line, skipped
     shape: str = ""  # B=8 T=512
     device: str = ""
+    compile_mode: str = ""  # torch.compile's mode for a compiled backend: reduce-overhead
     # accuracy, against eager and against fp64 (see check)
     out_abs: float | None = None  # max |backend - eager| over the outputs
     out_rel: float | None = None  # ...over max |eager|
@@ -336,17 +338,21 @@ def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dic
     inputs = on_device(inputs, device, dtype)
     fn = model
     if row.backend != "eager":
-        fn = torch.compile(model, backend=row.backend)
+        fn = torch.compile(model, backend=row.backend, mode=row.compile_mode)
+    graphed = row.compile_mode == "reduce-overhead"
+
+    def one_step():
+        if graphed:  # a new step: the last step's outputs may be overwritten now
+            torch.compiler.cudagraph_mark_step_begin()
+        return step(fn, inputs, training)
+
     with record_compiled() as compiled:
-        out, cold_s = timed(lambda: step(fn, inputs, training), device)
+        out, cold_s = timed(one_step, device)
         got = snapshot(model, out)
         for _ in range(WARMUP[device]):
-            step(fn, inputs, training)
+            one_step()
         with frozen_heap():
-            times = [
-                timed(lambda: step(fn, inputs, training), device)[1]
-                for _ in range(STEPS[device])
-            ]
+            times = [timed(one_step, device)[1] for _ in range(STEPS[device])]
         row.step_ms = statistics.median(times) * 1e3
     if device == "cuda":
         row.peak_mib = torch.cuda.max_memory_allocated() / 2**20
@@ -373,7 +379,12 @@ def fp64_reference(reference, inputs, training, dtype, device) -> dict:
 
 
 def measure_model(
-    name: str, mode: str, dtype: str, backends: list[str], tiny: bool
+    name: str,
+    mode: str,
+    dtype: str,
+    backends: list[str],
+    tiny: bool,
+    compile_mode: str = "default",
 ) -> Iterator[Row]:
     """The rows of one model, mode and dtype, each as soon as it is measured."""
     spec = next(m for m in MODELS if m.name == name)
@@ -388,6 +399,8 @@ def measure_model(
     eager = None
     for backend in ["eager", *(b for b in backends if b != "eager")]:
         row = Row(name, mode, dtype, backend, shape=shape(sizes), device=device)
+        if backend != "eager":
+            row.compile_mode = compile_mode
         if backend != "eager" and eager is None:
             row.status = "error: eager failed, nothing to compare with"
         else:
@@ -421,7 +434,10 @@ def child_main(args) -> int:
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # eager's CPU time, independent of the machine's load
     warm_up(args.backends)
-    for row in measure_model(name, mode, dtype, args.backends, args.tiny):
+    rows = measure_model(
+        name, mode, dtype, args.backends, args.tiny, args.compile_mode
+    )
+    for row in rows:
         print(ROW + json.dumps(asdict(row)), flush=True)
     return 0
 
@@ -452,6 +468,7 @@ def run_child(name, mode, dtype, args) -> list[Row]:
     )
     command = [sys.executable, "-m", "minductor.models", "--child", name, mode, dtype]
     command += ["--backends", *args.backends] + ["--tiny"] * args.tiny
+    command += ["--compile-mode", args.compile_mode]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -537,6 +554,12 @@ def fallbacks_cell(fallbacks: dict[str, int]) -> str:
     return ", ".join(f"{op} ×{n}" for op, n in sorted(fallbacks.items())) or "—"
 
 
+def label(r: Row) -> str:
+    """The backend's name in a table, with its mode when it is not the default."""
+    name = LABELS.get(r.backend, r.backend)
+    return f"{name} ({r.compile_mode})" if r.compile_mode not in ("", "default") else name
+
+
 def markdown(rows: list[Row]) -> str:
     header = ["model", "mode", "dtype", "backend", "status", "max abs err", "rel err"]
     header += ["err / allowed", "grad rel err", "cold s", "step ms", "vs eager"]
@@ -548,7 +571,7 @@ def markdown(rows: list[Row]) -> str:
                 r.model + (f" ({r.shape})" if r.shape else ""),
                 r.mode,
                 r.dtype,
-                LABELS.get(r.backend, r.backend),
+                label(r),
             ]
             + [cell(r.status), fmt(r.out_abs, ".1e"), fmt(r.out_rel, ".1e")]
             + [fmt(r.ratio, ".2f"), fmt(r.grad_rel, ".1e"), fmt(r.cold_s, ".1f")]
@@ -564,9 +587,12 @@ def svg(rows: list[Row], width: int = 760) -> str:
     groups: dict[str, dict[str, float]] = {}
     for r in rows:
         if r.backend in shown and r.speedup is not None:
-            label = f"{r.model} {r.mode} {r.dtype}"
-            groups.setdefault(label, {})[r.backend] = r.speedup
+            name = f"{r.model} {r.mode} {r.dtype}"
+            groups.setdefault(name, {})[r.backend] = r.speedup
+    modes = {r.compile_mode for r in rows if r.backend in shown} - {"", "default"}
     title = "Speed-up over eager per model (eager's step time / the backend's)"
+    if modes:
+        title += f", mode={', '.join(sorted(modes))}"
     return bar_chart(title, list(groups.items()), shown, width, bar=9, gap=8)
 
 
@@ -601,6 +627,12 @@ def make_parser() -> argparse.ArgumentParser:
         choices=BACKENDS,
         default=list(BACKENDS),
         help="the rows to report (default: all three); eager runs in any case",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="torch.compile's mode for Inductor and minductor alike (default: default)",
     )
     parser.add_argument(
         "--tiny",

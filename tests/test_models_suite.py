@@ -74,6 +74,27 @@ def test_training_checks_every_gradient():
     assert compiled.worst.startswith("grad ") or compiled.worst in ("loss", "logits")
 
 
+def test_reduce_overhead_runs_both_steps_with_marks():
+    """--compile-mode reaches torch.compile; on the CPU, CUDA graphs are skipped and the
+    training step still matches eager, each step begun with cudagraph_mark_step_begin."""
+    marks = []
+    real = torch.compiler.cudagraph_mark_step_begin
+    torch.compiler.cudagraph_mark_step_begin = lambda: (marks.append(1), real())[1]
+    try:
+        eager, compiled = measure_model(
+            "gpt2", "training", "fp32", ["eager", "minductor"], True, "reduce-overhead"
+        )
+    finally:
+        torch.compiler.cudagraph_mark_step_begin = real
+    assert compiled.status == "ok", compiled.detail
+    assert (eager.compile_mode, compiled.compile_mode) == ("", "reduce-overhead")
+    assert compiled.grad_rel < 1e-5
+    # the cold step, the warm-up steps and the timed ones; eager's steps have no mark
+    assert len(marks) == 1 + models.WARMUP["cpu"] + models.STEPS["cpu"]
+    assert "| minductor (reduce-overhead) |" in markdown([eager, compiled])
+    assert "mode=reduce-overhead" in models.svg([eager, compiled])
+
+
 def test_wrong_results_and_errors_are_reported():
     rows = list(measure_model("gpt2", "inference", "fp32", ["nudged", "broken"], True))
     assert [r.backend for r in rows] == ["nudged", "broken"]  # eager ran, unreported
@@ -157,9 +178,12 @@ def test_flags():
     args = parse_args([])
     assert args.mode == args.dtype == "both" and not args.tiny and args.timeout == 600
     assert args.backends == ["eager", "inductor", "minductor"]
+    assert args.compile_mode == "default"
+    assert parse_args(["--compile-mode", "reduce-overhead"]).compile_mode == "reduce-overhead"
     assert [m.name for m in select(["bert"])] == ["bert"]  # a name: that model only
     assert [m.name for m in select(["resnet"])] == ["resnet18", "resnet50"]
     assert len(select(None)) == 10
-    for bad in (["--backends", "tvm"], ["--models", "alexnet"], ["--mode", "train"]):
+    bad_flags = (["--backends", "tvm"], ["--models", "alexnet"], ["--mode", "train"])
+    for bad in (*bad_flags, ["--compile-mode", "fast"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
