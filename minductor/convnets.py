@@ -34,7 +34,7 @@ from minductor.lowering import (
     layout_rules,
     register_lowering,
 )
-from minductor.ops import ops, set_handler
+from minductor.ops import EvalHandler, ops, set_handler
 from minductor.reductions import LoadIndices
 from minductor.sizevars import (
     FloorDiv,
@@ -531,15 +531,52 @@ def convolution_backward(graph, grad, x, weight, *options):
     return tuple(results)
 
 
-def _ranked(index, variables, dims) -> list[int] | None:
-    """The dims by decreasing stride in index, if each has its own stride."""
-    affine = affine_coefficients(index, variables)
-    if affine is None:
+def _order(strides: dict[int, Any]) -> list[int] | None:
+    """The dims by decreasing stride, if each has a stride of its own."""
+    known = [s for s in strides.values() if s is not None and s.is_Number and s != 0]
+    if len(known) < len(strides) or len({abs(s) for s in known}) < len(known):
         return None
-    coeffs = affine[1]
-    if not all(coeffs[d].is_Integer and coeffs[d] != 0 for d in dims):
+    return sorted(strides, key=lambda d: -abs(strides[d]))
+
+
+class _Walk(EvalHandler):
+    """Runs a body at one position, noting the offset of every load."""
+
+    def __init__(self):
+        super().__init__({})
+        self.offsets: list[int] = []
+
+    def load(self, name, index):
+        self.offsets.append(int(index))
+        return torch.tensor(float("nan"))  # what it reads does not exist yet
+
+
+def _offsets(body, position: list[int]) -> list[int] | None:
+    walk = _Walk()
+    try:
+        with set_handler(walk):
+            body.inner_fn([sympy.Integer(p) for p in position])
+    except Exception:  # an index read from memory, an op with no meaning here
         return None
-    return sorted(dims, key=lambda d: -abs(int(coeffs[d])))
+    return walk.offsets
+
+
+def _measured_strides(body, dims) -> list[dict[int, Any]]:
+    """Per load, the stride along each of dims, measured by running the body."""
+    if not all(sympy.sympify(r).is_Integer for r in body.ranges):
+        return []
+    sizes = [int(r) for r in body.ranges]
+    moved: dict[int, list[sympy.Rational]] = {}
+    for d in dims:
+        lo, hi = sizes[d] // 4, max(3 * sizes[d] // 4, sizes[d] // 4 + 1)
+        at = [n // 2 for n in sizes]
+        start = _offsets(body, at[:d] + [lo] + at[d + 1 :])
+        end = _offsets(body, at[:d] + [hi] + at[d + 1 :])
+        if start is None or end is None or len(start) != len(end):
+            return []
+        moved[d] = [sympy.Rational(b - a, hi - lo) for a, b in zip(start, end)]
+    loads = len(next(iter(moved.values()), []))
+    return [{d: moved[d][k] for d in dims} for k in range(loads)]
 
 
 def channels_last_rule(graph, body) -> FixedLayout | None:
@@ -555,7 +592,14 @@ def channels_last_rule(graph, body) -> FixedLayout | None:
     loads = LoadIndices()
     with set_handler(loads):
         body.inner_fn(variables)
-    if any(_ranked(i, variables, dims) == wanted for i in loads.indices):
+    # an indirect index is a placeholder symbol here, not a constant: walk the body
+    plain = all(i.free_symbols <= set(variables) for i in loads.indices)
+    affine = [affine_coefficients(i, variables) for i in loads.indices]
+    if plain and all(a is not None for a in affine):
+        strides = [{d: a[1][d] for d in dims} for a in affine]
+    else:  # a window, or an index computed in the body: walk it
+        strides = _measured_strides(body, dims)
+    if any(_order(s) == wanted for s in strides):
         strides = channels_last_strides(body.ranges)
         return FixedLayout(body.device, body.dtype, tuple(body.ranges), strides)
     return None

@@ -61,10 +61,10 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
     while isinstance(root, ReinterpretBuffer):
         root = root.base
     # a gradient and its transpose, padded for a backward's two matmuls, are one copy
-    key = (root.name, x.layout.offset, dtype, *stored, *stride, *(old[d] for d in order))
-    copies = vars(graph).setdefault("padded_copies", {})
-    if key in copies:
-        return _window(graph, copies[key], order, size)
+    key = ("padded", root.name, x.layout.offset, dtype, *stored, *stride)
+    key += tuple(old[d] for d in order)
+    if key in graph.copies:
+        return _window(graph, graph.copies[key], order, size)
 
     def inner_fn(index):
         at = [index[order.index(d)] for d in dims]
@@ -80,7 +80,7 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
 
     layout = FixedLayout.contiguous(device, dtype, stored)
     body = Pointwise(device, dtype, inner_fn, tuple(stored), frozenset({"pad"}))
-    copy = copies[key] = ComputedBuffer(graph.new_buffer_name(), layout, body)
+    copy = graph.copies[key] = ComputedBuffer(graph.new_buffer_name(), layout, body)
     graph.register_buffer(copy)
     return _window(graph, copy, order, size)
 

@@ -648,6 +648,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 18
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
+        self.copies: dict[tuple, Buffer] = {}  # a buffer laid out anew, by what it holds
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
         self.user_visible = user_visible
@@ -920,6 +921,9 @@ class GraphLowering(torch.fx.Interpreter):
         if all(n == 1 or s == want for n, s, want in pairs):
             return buf
         size = layout.size
+        key = ("strides", buf.name, *stride)
+        if key in self.copies:  # two convolutions reading one NCHW value: one copy
+            return self.copies[key]
         # the copy is named after the value it copies, as a kernel name says
         origins = getattr(getattr(buf, "data", None), "origins", None) or {"clone"}
         body = Pointwise(
@@ -928,6 +932,7 @@ class GraphLowering(torch.fx.Interpreter):
         exact = FixedLayout(layout.device, layout.dtype, size, stride)
         copy = ComputedBuffer(self.new_buffer_name(), exact, body)
         self.register_buffer(copy)
+        self.copies[key] = copy
         return copy
 
 

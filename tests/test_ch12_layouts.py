@@ -5,6 +5,7 @@ with the structure pinned: no conversion between two convolutions."""
 
 import copy
 import logging
+import re
 
 import pytest
 import torch
@@ -200,6 +201,84 @@ def test_nothing_is_converted_between_two_convolutions(device):
     assert "buf3 = buf1  # reuse" in call
     assert call.count("torch.convolution(") == 2
     assert "torch.convolution(buf" in call and ", None, [1, 1]" in call
+
+
+class Windowed(torch.nn.Module):  # ResNet's stem: a window between two convolutions
+    def __init__(self, window, c=72):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, c, 3, 2, 1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(c)
+        self.window = window
+        self.a = torch.nn.Conv2d(c, c, 1, bias=False)
+        self.b = torch.nn.Conv2d(c, 96, 1, bias=False)  # a second reader, wider
+
+    def forward(self, x):
+        y = self.window(F.relu(self.bn(self.conv(x))))
+        return self.a(y) + self.b(y)[:, :72]
+
+
+WINDOWS = {  # the window, and the kernels: the image and the first weight made
+    # channels-last, the window with batch norm and ReLU, the add
+    "max_pool": (lambda: torch.nn.MaxPool2d(3, 2, 1), 4),
+    "max_pool_ceil_dilated": (lambda: torch.nn.MaxPool2d(2, 2, 0, 2, ceil_mode=True), 4),
+    "avg_pool": (lambda: torch.nn.AvgPool2d(3, 2, 1), 4),
+    "nearest_up": (lambda: torch.nn.Upsample(scale_factor=2, mode="nearest"), 4),
+    # four reads of each pixel: batch norm and ReLU are stored first, and so are the
+    # interpolation weights
+    "bilinear_up": (lambda: torch.nn.Upsample(scale_factor=2, mode="bilinear"), 6),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_a_window_between_convolutions_is_stored_channels_last(window, device):
+    """A pooling window's index is clamped, an upsampling's computed from an iota:
+    neither is affine. The result is still stored in the order its loads walk
+    (channels-last), so the two convolutions reading it need no copy."""
+    make, kernels = WINDOWS[window]
+    torch.manual_seed(0)
+    net = Windowed(make()).to(device).eval()
+    x = torch.randn(2, 3, 17, 18, device=device)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(net, backend="minductor")(x)
+        expected = net(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert out.stride() == expected.stride()
+    (graph,) = graphs
+    assert graph.fallbacks == []
+    assert len(graph.kernel_names) == kernels, graph.kernel_names
+    call = graph.source[graph.source.index("def call"):].replace("cuda", "cpu")
+    found = re.findall(r"empty_strided_cpu\(\((2, 72, \d+, \d+)\), \(([\d, ]+)\)", call)
+    assert found  # the window's result (the add reuses its memory)
+    for sizes, strides in found:
+        n, c, h, w = map(int, sizes.split(", "))
+        assert tuple(map(int, strides.split(", "))) == (c * h * w, 1, w * c, c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_convolutions_reading_one_value_share_its_channels_last_copy(device):
+    torch.manual_seed(0)
+    a = torch.nn.Conv2d(8, 72, 3, bias=False).to(device)
+    b = torch.nn.Conv2d(8, 96, 1, bias=False).to(device)
+
+    def f(x):  # an NCHW input: both convolutions want it channels-last
+        return a(x).sum() + b(x).sum()
+
+    x = torch.randn(2, 8, 7, 6, device=device)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(f, backend="minductor")(x)
+        expected = f(x)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    (graph,) = graphs
+    call = graph.source[graph.source.index("def call"):]
+    image = next(line for line in call.splitlines() if "(2, 8, 7, 6)" in line)
+    copy = image.split(" = ")[0].strip()
+    launch = next(line for line in call.splitlines() if f", {copy}," in line)
+    stored = [a for a in launch.split(", ") if a.startswith("buf")]
+    assert stored == [copy], launch  # the image copied once, into one buffer
+    assert call.count(f"torch.convolution({copy},") == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
