@@ -287,6 +287,7 @@ def check(row: Row, got: dict, eager: dict, fp64: dict) -> str:
 
 WARMUP = {"cuda": 3, "cpu": 1}  # steps before timing
 STEPS = {"cuda": 30, "cpu": 2}  # timed steps, of which the median is reported
+ROUNDS = {"cuda": 3, "cpu": 2}  # turns each backend takes at being timed
 
 
 def timed(fn, device: str):
@@ -325,14 +326,18 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}"[:300]
 
 
-def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dict:
-    """Runs one backend on a fresh copy of the model; fills in its row."""
-    torch._dynamo.reset()
+def run_backend(
+    row: Row, reference, inputs, training: bool, device: str
+) -> tuple[dict, Callable[[], Any]]:
+    """Runs one backend on a fresh copy of the model; fills in its row, all but the
+    step time, and returns what it computed and its step, to be timed later."""
     counters.clear()
     gc.collect()  # the previous backend's model, if a reference cycle still holds it
+    held = 0  # what earlier backends keep on the GPU (their models, for the timing)
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        held = torch.cuda.memory_allocated()
     dtype = DTYPES[row.dtype]
     model = copy.deepcopy(reference).to(device, dtype).train(training)
     inputs = on_device(inputs, device, dtype)
@@ -351,14 +356,13 @@ def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dic
         got = snapshot(model, out)
         for _ in range(WARMUP[device]):
             one_step()
-        with frozen_heap():
-            times = [timed(one_step, device)[1] for _ in range(STEPS[device])]
-        row.step_ms = statistics.median(times) * 1e3
     if device == "cuda":
-        row.peak_mib = torch.cuda.max_memory_allocated() / 2**20
+        row.peak_mib = (torch.cuda.max_memory_allocated() - held) / 2**20
     if row.backend != "eager":
         row.cold_s = cold_s
         row.graphs = counters["stats"]["unique_graphs"]
+        if not row.graphs:  # another backend's compiled code answered the call
+            raise RuntimeError(f"{row.backend} compiled no graph")
         reasons = Counter()
         for reason, n in counters["graph_break"].items():
             reasons[reason.splitlines()[0]] += n
@@ -367,7 +371,26 @@ def run_backend(row: Row, reference, inputs, training: bool, device: str) -> dic
         row.compiled_graphs = len(compiled)
         row.kernels = sum(len(g.kernel_names) for g in compiled)
         row.fallbacks = dict(Counter(f for g in compiled for f in g.fallbacks))
-    return got
+    return got, one_step
+
+
+def time_in_turns(steps: dict[str, Callable[[], Any]], device: str) -> dict:
+    """Median seconds per step of each backend, or the error its step raised.
+    The backends take turns: ROUNDS rounds, each backend's steps in one block, the
+    order reversed from one round to the next."""
+    times: dict[str, list[float]] = {b: [] for b in steps}
+    failed: dict[str, BaseException] = {}
+    with frozen_heap():
+        for r in range(ROUNDS[device]):
+            for backend in list(steps) if r % 2 == 0 else list(steps)[::-1]:
+                if backend in failed:
+                    continue
+                try:
+                    for _ in range(STEPS[device] // ROUNDS[device]):
+                        times[backend].append(timed(steps[backend], device)[1])
+                except Exception as error:
+                    failed[backend] = error
+    return {b: failed.get(b) or statistics.median(t) for b, t in times.items()}
 
 
 def fp64_reference(reference, inputs, training, dtype, device) -> dict:
@@ -385,8 +408,10 @@ def measure_model(
     backends: list[str],
     tiny: bool,
     compile_mode: str = "default",
-) -> Iterator[Row]:
-    """The rows of one model, mode and dtype, each as soon as it is measured."""
+    report: Callable[[Row], None] = lambda row: None,
+) -> list[Row]:
+    """The rows of one model, mode and dtype. Each is also reported as soon as it is
+    compiled and checked, before the timing, which takes all backends at once."""
     spec = next(m for m in MODELS if m.name == name)
     sizes = spec.tiny if tiny else spec.real
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -396,7 +421,8 @@ def measure_model(
     if not training:
         inputs.pop("labels", None)
     fp64 = fp64_reference(reference, inputs, training, dtype, device)
-    eager = None
+    torch._dynamo.reset()  # once: each backend's code stays cached for the timing
+    eager, rows, steps = None, [], {}
     for backend in ["eager", *(b for b in backends if b != "eager")]:
         row = Row(name, mode, dtype, backend, shape=shape(sizes), device=device)
         if backend != "eager":
@@ -405,18 +431,31 @@ def measure_model(
             row.status = "error: eager failed, nothing to compare with"
         else:
             try:
-                got = run_backend(row, reference, inputs, training, device)
+                got, steps[backend] = run_backend(row, reference, inputs, training, device)
             except Exception as error:
-                row.status = f"error: {first_line(error)}"
-                row.detail = "".join(traceback.format_exc().splitlines(True)[-20:])
+                error_row(row, error)
             else:
-                if eager is None:
-                    eager, eager_ms = got, row.step_ms
+                eager = eager or got
                 problem = check(row, got, eager, fp64)
                 row.status = f"wrong: {problem}" if problem else "ok"
-                row.speedup = eager_ms / row.step_ms
         if backend in backends:
-            yield row
+            rows.append(row)
+            report(row)  # all but its time: a crash during the timing keeps it
+    times = time_in_turns(steps, device)
+    for row in rows:
+        t = times.get(row.backend)
+        if isinstance(t, BaseException):
+            error_row(row, t)
+        elif t is not None:
+            row.step_ms = t * 1e3
+            if not isinstance(times["eager"], BaseException):
+                row.speedup = times["eager"] / t
+    return rows
+
+
+def error_row(row: Row, error: BaseException) -> None:
+    row.status = f"error: {first_line(error)}"
+    row.detail = "".join(traceback.format_exception(error)[-20:])
 
 
 def shape(sizes: dict[str, int]) -> str:
@@ -434,11 +473,14 @@ def child_main(args) -> int:
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # eager's CPU time, independent of the machine's load
     warm_up(args.backends)
-    rows = measure_model(
-        name, mode, dtype, args.backends, args.tiny, args.compile_mode
-    )
-    for row in rows:
+    def report(row: Row) -> None:
         print(ROW + json.dumps(asdict(row)), flush=True)
+
+    rows = measure_model(
+        name, mode, dtype, args.backends, args.tiny, args.compile_mode, report
+    )
+    for row in rows:  # again, timed: a backend's last report is the one that counts
+        report(row)
     return 0
 
 
@@ -486,9 +528,13 @@ def run_child(name, mode, dtype, args) -> list[Row]:
         why = f"timed out after {args.timeout:g} s"
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    rows = [
+    reports = [
         Row(**json.loads(s[len(ROW) :])) for s in out.splitlines() if s.startswith(ROW)
     ]
+    rows = list({r.backend: r for r in reports}.values())  # each backend's last
+    for r in rows:
+        if r.status == "ok" and r.step_ms is None:  # it died while timing
+            r.status = f"error: {why}, while timing"
     done = {r.backend for r in rows}
     tail = [s for s in err.splitlines() if s.strip()][-20:]
     last = tail[-1] if tail else ""

@@ -95,6 +95,27 @@ def test_reduce_overhead_runs_both_steps_with_marks():
     assert "mode=reduce-overhead" in models.svg([eager, compiled])
 
 
+def test_backends_are_timed_in_turns_and_a_failing_step_is_reported():
+    calls = []
+
+    def step_of(name, fail_at=None):
+        def one_step():
+            calls.append(name)
+            if calls.count(name) == fail_at:
+                raise ValueError(f"{name} broke")
+
+        return one_step
+
+    steps = {"eager": step_of("eager"), "a": step_of("a"), "b": step_of("b", 2)}
+    times = models.time_in_turns(steps, "cpu")
+    per_block = models.STEPS["cpu"] // models.ROUNDS["cpu"]
+    blocks = [calls[i] for i in range(0, len(calls), per_block)]
+    # round 1 in order, round 2 reversed; b failed in its second block and left
+    assert blocks == ["eager", "a", "b", "b", "a", "eager"][: len(blocks)]
+    assert calls.count("b") == 2 and calls.count("a") == models.STEPS["cpu"]
+    assert isinstance(times["b"], ValueError) and times["a"] > 0 and times["eager"] > 0
+
+
 def test_wrong_results_and_errors_are_reported():
     rows = list(measure_model("gpt2", "inference", "fp32", ["nudged", "broken"], True))
     assert [r.backend for r in rows] == ["nudged", "broken"]  # eager ran, unreported
