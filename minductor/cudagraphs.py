@@ -247,15 +247,22 @@ class CUDARecording:
     def new_pool() -> Any:
         return torch.cuda.graph_pool_handle()
 
-    def __init__(self, call: Callable, placeholders: list[Any], pool: Any):
+    def __init__(
+        self, call: Callable, placeholders: list[Any], pool: Any, mutates: bool
+    ):
         self.graph = torch.cuda.CUDAGraph()
         tensors = [x for x in placeholders if isinstance(x, torch.Tensor)]
         device = tensors[0].device if tensors else torch.cuda.current_device()
         with torch.cuda.device(device):
             first = list(call(list(placeholders)))  # plain launches
+            if not mutates:
+                first = None  # a replay computes the outputs: one copy at a time
             torch.cuda.synchronize()
             with torch.cuda.graph(self.graph, pool=pool):
                 self.outputs = list(call(list(placeholders)))
+            if first is None:
+                self.graph.replay()
+                return
             done = set()
             for out, value in zip(self.outputs, first):
                 if not torch.is_tensor(out):
@@ -276,7 +283,9 @@ class SimulatedRecording:
     def new_pool() -> Any:
         return None
 
-    def __init__(self, call: Callable, placeholders: list[Any], pool: Any):
+    def __init__(
+        self, call: Callable, placeholders: list[Any], pool: Any, mutates: bool
+    ):
         self.call, self.placeholders = call, placeholders
         self.outputs = list(call(list(placeholders)))
 
@@ -328,10 +337,12 @@ class CUDAGraphed:
         info: GraphInfo,
         pool: CUDAGraphPool,
         static: frozenset[int],
+        mutates: bool = True,
     ):
         self._boxed_call = True  # in __dict__: wrappers copy it (functools.wraps)
         self.compiled, self.kind = compiled, info.kind
         self.pool, self.static = pool, static
+        self.mutates = mutates  # it writes into an input: see CUDARecording
         self.name = f"{info.kind} of function {pool.number}"
         self.recorder = RECORDERS[next(iter(_devices(info)), "cuda")]
         self.max_recordings = config.cudagraph_max_recordings
@@ -455,7 +466,9 @@ class CUDAGraphed:
             self.name, index,
         )
         self.pool.replaying(index)
-        recorder = self.recorder(self.compiled, call_args, self.pool.handle)
+        recorder = self.recorder(
+            self.compiled, call_args, self.pool.handle, self.mutates
+        )
         held = {s.data_ptr() for s in storages}
         copied = {
             p.untyped_storage().data_ptr(): i
@@ -507,7 +520,8 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
     if "cudagraph_pool" not in info.shared:
         device = next(iter(facts.devices), "cuda")
         info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
-    return CUDAGraphed(compiled, info, info.shared["cudagraph_pool"], static)
+    pool, mutates = info.shared["cudagraph_pool"], bool(facts.mutated_inputs)
+    return CUDAGraphed(compiled, info, pool, static, mutates)
 
 
 graph_wrappers.append(cudagraphify)

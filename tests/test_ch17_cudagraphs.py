@@ -6,6 +6,7 @@ machine's device: on a CPU, with the chapter's stand-in recorder, whose memory b
 as a CUDA graph's; on a GPU, with real CUDA graphs. Tests marked cuda need a GPU.
 """
 
+import copy
 import dataclasses
 import logging
 
@@ -449,3 +450,47 @@ def test_cuda_training_static_params_not_copied(graphed):
     assert {lin.weight.data_ptr(), lin.bias.data_ptr()} <= held
     backward = next(w for w in graphed if w.kind == "backward")
     assert len(backward.recordings) == 1
+
+
+@pytest.mark.cuda
+def test_cuda_recording_holds_one_copy_of_its_outputs(graphed):
+    """The plain run before the capture drops its outputs, and a replay computes the
+    recording call's values: its peak is one output, not two."""
+
+    def f(x, v):
+        return (x[:, None] * v[None, :]).sin()
+
+    compiled = torch.compile(f, backend="minductor", mode="reduce-overhead")
+    x, v = (torch.randn(4096, device="cuda") for _ in range(2))
+    compiled(x, v)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = compiled(x, v)  # the recording
+    torch.cuda.synchronize()
+    grew = torch.cuda.max_memory_allocated() - before
+    nbytes = out.numel() * out.element_size()
+    assert grew < 1.5 * nbytes, (grew, nbytes)
+    torch.testing.assert_close(out, f(x, v))
+    (wrapped,) = graphed
+    assert len(wrapped.recordings) == 1 and not wrapped.mutates
+    y = torch.randn(4096, device="cuda")
+    torch.testing.assert_close(compiled(y, v), f(y, v))  # a replay
+
+
+@pytest.mark.cuda
+def test_cuda_running_statistics_are_updated_once_per_call(graphed):
+    """Batch norm writes its running statistics (static inputs): the recording call
+    keeps its plain run's values instead of replaying on top of them."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(16, device="cuda")
+    ref = copy.deepcopy(bn)
+    compiled = torch.compile(bn, backend="minductor", mode="reduce-overhead")
+    with torch.no_grad():
+        for step in range(4):
+            x = torch.randn(32, 16, device="cuda") + step
+            torch.testing.assert_close(compiled(x), ref(x))
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+    assert int(bn.num_batches_tracked) == 4
+    assert any(w.mutates and w.recordings for w in graphed)
