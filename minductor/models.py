@@ -354,6 +354,7 @@ def run_backend(
     with record_compiled() as compiled:
         out, cold_s = timed(one_step, device)
         got = snapshot(model, out)
+        del out  # as a loop does: a step's outputs are gone when the next one runs
         for _ in range(WARMUP[device]):
             one_step()
     if device == "cuda":
