@@ -277,8 +277,9 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]
     size = x.get_size()
     count = product([size[d] for d in _reduced_dims(len(size), dims)])
     total = make_reduction(x, dims, True, "sum", acc, acc)
-    if split_count(total.data) > 1:  # few long rows: two passes, each split
-        return _two_passes(graph, x, dims, keepdim, total, count)
+    splits = split_count(total.data)
+    if splits > 1:  # few long rows: Welford over equal pieces, then combined
+        return _split_welford(graph, x, dims, keepdim, total.data, splits, count)
     # the mean is stored in x's dtype; m2 stays in the accumulator's for the variance
     mean, m2 = (
         make_reduction(x, dims, keepdim, "welford_reduce", out, acc, output_index=k)
@@ -289,35 +290,78 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]
     return mean, m2, count
 
 
-def _two_passes(graph, x, dims, keepdim, total, count):
-    graph.realize_intermediate(total)  # kept dims of size 1: it broadcasts against x
-    acc, size = total.get_dtype(), x.get_size()
-    mean = pointwise(lambda t: ops.truediv(t, _scalar(count, acc)), [total])
-    graph.realize_intermediate(mean)
-    load_x, load_mean = x.make_loader(), mean.make_loader()
+def _split_welford(graph, x, dims, keepdim, whole: Reduction, splits: int, count):
+    # whole: a sum over the rows with every dim kept, whose body reads x as we must
+    acc, rsizes = whole.dtype, whole.reduction_ranges
+    piece = product(rsizes) // splits
+    rstrides = contiguous_strides(rsizes)
+
+    def piece_fn(index, rindex):  # (piece, *position) -> the element of the row
+        flat = index[0] * piece + rindex[0]
+        digits = [ModularIndexing(flat, s, n) for s, n in zip(rstrides, rsizes)]
+        return whole.inner_fn(index[1:], digits)
+
+    load_mean_i, load_m2_i = (
+        graph.realize_intermediate(
+            TensorBox(
+                dataclasses.replace(
+                    whole,
+                    inner_fn=piece_fn,
+                    ranges=(sympy.Integer(splits), *whole.ranges),
+                    reduction_ranges=(piece,),
+                    reduction_type="welford_reduce",
+                    output_index=k,
+                )
+            )
+        ).make_loader()
+        for k in (0, 1)
+    )
+    size = x.get_size()
     reduced = _reduced_dims(len(size), dims)
-
-    def squared_deviation(index):
-        at_mean = [sympy.Integer(0) if d in reduced else i for d, i in enumerate(index)]
-        d = ops.sub(ops.to_dtype(load_x(index), acc), load_mean(at_mean))
-        return ops.mul(d, d)
-
-    deviations = TensorBox(Pointwise(x.get_device(), acc, squared_deviation, size))
-    m2 = make_reduction(deviations, dims, keepdim, "sum", acc, acc)
-    graph.realize_intermediate(m2)
     kept = [d for d in range(len(size)) if d not in reduced]
 
-    def mean_out(index):  # the mean in x's dtype, without the reduced dims unless kept
-        full = list(index) if keepdim else [sympy.Integer(0)] * len(size)
-        if not keepdim:
-            for d, i in zip(kept, index):
-                full[d] = i
-        return ops.to_dtype(load_mean(full), x.get_dtype())
+    def full(index):  # an output position, with the reduced dims (at 0) if not kept
+        if keepdim:
+            return list(index)
+        at = [sympy.Integer(0)] * len(size)
+        for d, i in zip(kept, index):
+            at[d] = i
+        return at
 
-    ranges = m2.get_size()
-    out = TensorBox(Pointwise(x.get_device(), x.get_dtype(), mean_out, ranges))
-    graph.realize_intermediate(out)
-    return out, m2, count
+    ranges = whole.ranges if keepdim else tuple(whole.ranges[d] for d in kept)
+    combine = dataclasses.replace(
+        whole, ranges=ranges, reduction_ranges=(sympy.Integer(splits),)
+    )
+
+    def summed(term) -> TensorBox:  # sum over the pieces of term(mean_i, m2_i, K)
+        def body(index, rindex):
+            at, first = [rindex[0], *full(index)], [sympy.Integer(0), *full(index)]
+            return term(load_mean_i(at), load_m2_i(at), load_mean_i(first))
+
+        box = TensorBox(dataclasses.replace(combine, inner_fn=body))
+        graph.realize_intermediate(box)
+        return box
+
+    # deviations from K, the first piece's mean, which is close to every other
+    m2s = summed(lambda mean_i, m2_i, k: m2_i)
+    deviations = summed(lambda mean_i, m2_i, k: ops.sub(mean_i, k))
+    squares = summed(lambda mean_i, m2_i, k: ops.mul(*[ops.sub(mean_i, k)] * 2))
+    load_k = lambda index: load_mean_i([sympy.Integer(0), *full(index)])  # noqa: E731
+    load_d = deviations.make_loader()
+
+    def mean_fn(index):  # K + sum(d_i) / S
+        return ops.add(load_k(index), ops.truediv(load_d(index), _scalar(splits, acc)))
+
+    def m2_fn(m2_sum, d_sum, d2_sum):  # sum(m2_i) + n * (sum(d_i^2) - sum(d_i)^2 / S)
+        spread = ops.sub(d2_sum, ops.truediv(ops.mul(d_sum, d_sum), _scalar(splits, acc)))
+        return ops.add(m2_sum, ops.mul(_scalar(piece, acc), spread))
+
+    mean = TensorBox(Pointwise(x.get_device(), acc, mean_fn, tuple(ranges)))
+    mean = pointwise(lambda m: m, [mean], dtypes=(acc, x.get_dtype()))
+    m2 = pointwise(m2_fn, [m2s, deviations, squares], dtypes=(acc, acc))
+    for box in (mean, m2):
+        graph.realize_intermediate(box)
+    return mean, m2, count
 
 
 def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:

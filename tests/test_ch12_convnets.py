@@ -68,6 +68,31 @@ def test_batch_norm_training_forward_backward_and_running_stats(case, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_batch_norm_statistics_of_a_large_batch_split_in_one_read(device):
+    """Few channels, long rows: the statistics are Welford over pieces of each row,
+    then one kernel combining them (with the running statistics' update): the
+    forward has two reduction kernels. Outputs and running statistics match eager;
+    the gradients of weight and bias, sums of 65536 terms, are as close to a float64
+    run as eager's."""
+    torch.manual_seed(0)
+    model = _affine_drawn(torch.nn.BatchNorm2d(16).to(device))
+    x = torch.randn(4, 16, 64, 64, device=device).to(memory_format=torch.channels_last)
+    x = x * 2 + 3
+    out, grads, buffers, graphs = train_steps(copy.deepcopy(model), x, 3, True)
+    out_e, grads_e, buffers_e, _ = train_steps(copy.deepcopy(model), x, 3, False)
+    _, grads64, _, _ = train_steps(copy.deepcopy(model).double(), x.double(), 3, False)
+    torch.testing.assert_close(out, out_e, atol=1e-4, rtol=1e-4)
+    for name, b in buffers_e.items():
+        torch.testing.assert_close(buffers[name], b, atol=1e-4, rtol=1e-4, msg=name)
+    for name, ref in grads64.items():
+        ours = (grads[name].double() - ref).abs().max().item()
+        eager = (grads_e[name].double() - ref).abs().max().item()
+        assert ours <= 4 * eager + 1e-6 * ref.abs().max().item(), (name, ours, eager)
+    reductions = [n for n in graphs[0].kernel_names if not n.startswith("triton_poi")]
+    assert len(reductions) == 2, graphs[0].kernel_names
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_batch_norm_training_channels_last_and_bf16(device):
     torch.manual_seed(0)
     model = torch.nn.BatchNorm2d(6).to(device)

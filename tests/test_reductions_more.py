@@ -171,7 +171,7 @@ def test_welford_is_one_pass_and_stable():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("keepdim", [False, True])
-def test_variance_over_few_long_rows_is_two_split_passes(device, keepdim):
+def test_variance_over_few_long_rows_is_split_welford(device, keepdim):
     # batch-norm statistics of a channels-last image: 8 channels, each a row of
     # 2*128*128 elements read with a stride; a mean of 1e3 with a spread of 2 would
     # lose every digit to E[x^2]-E[x]^2
@@ -188,9 +188,35 @@ def test_variance_over_few_long_rows_is_two_split_passes(device, keepdim):
     torch.testing.assert_close(var.double().cpu(), var64, atol=0, rtol=1e-4)
     torch.testing.assert_close(mean.double().cpu(), mean64, atol=0, rtol=1e-6)
     assert var.shape == var64.shape and mean.dtype == torch.float32
-    # a sum and a sum of squared deviations, each in two stages: no Welford kernel
+    # Welford over pieces of each row, then one kernel combining each row's pieces
     names = graphs[0].kernel_names
-    assert len(names) == 4 and "welford" not in graphs[0].source
+    assert len(names) == 2, names
+    assert names[0].startswith("triton_red_fused_var_mean")
+    # the whole data is read by the first kernel only
+    call = graphs[0].source[graphs[0].source.index("def call"):]
+    readers = [line for line in call.splitlines() if "launch(" in line and "arg0_1" in line]
+    assert len(readers) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_variance_of_pieces_with_different_means(device):
+    # a ramp along the rows: every piece has its own mean, so the combined m2 is mostly
+    # the pieces' scatter around the row's mean (the n * sum((mean_i - mean)^2) term)
+    ramp = torch.linspace(-50, 50, 2 * 128 * 128, dtype=torch.float64)
+    x64 = ramp.view(2, 128, 128, 1).permute(0, 3, 1, 2).expand(2, 8, 128, 128) + 1e3
+    x64 = x64 + torch.randn(2, 8, 128, 128, dtype=torch.float64) * 1e-2
+    x = x64.float().to(device).contiguous(memory_format=torch.channels_last)
+
+    def f(x):
+        return torch.var_mean(x, dim=(0, 2, 3))
+
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        var, mean = torch.compile(f, backend="minductor")(x)
+    var64, mean64 = f(x64)
+    assert len(graphs[0].kernel_names) == 2  # the split path
+    torch.testing.assert_close(var.double().cpu(), var64, atol=0, rtol=1e-4)
+    torch.testing.assert_close(mean.double().cpu(), mean64, atol=0, rtol=1e-6)
 
 
 def test_variance_of_integers_falls_back():
