@@ -569,6 +569,9 @@ class Scheduler:
             for k, a in enumerate(nodes)
             for b in nodes[k + 1 :]
         }
+        leaves = self._scalar_leaves()
+        for a, b in zip(leaves[::2], leaves[1::2]):  # they share nothing: pair them
+            sharing.setdefault((index[a.get_name()], index[b.get_name()]), (a, b))
         pairs = [
             (self.score_fusion(a, b), i, a, b)
             for (i, _), (a, b) in sorted(sharing.items(), key=lambda item: item[0])
@@ -591,6 +594,18 @@ class Scheduler:
             used |= {a.get_name(), b.get_name()}
             fused_any = True
         return fused_any
+
+    def _scalar_leaves(self) -> list[BaseSchedulerNode]:
+        """Pointwise nodes of one element whose results nothing in the graph reads."""
+        users = self._users()
+        return [
+            n
+            for n in self.nodes
+            if not n.is_extern()
+            and n.group[1:] == (1, 1)
+            and not any(m.is_reduction() for m in n.snodes)
+            and not any(users.get(name, set()) - n.get_names() for name in n.get_names())
+        ]
 
     def _topological_sort(
         self, nodes: list[BaseSchedulerNode]

@@ -176,6 +176,32 @@ def test_shared_intermediate_is_fused_and_removed(restore_config):
 
 
 @pytest.mark.usefixtures("cumsum_falls_back")
+def test_scalar_leaves_share_a_kernel_and_a_read_scalar_stays():
+    """One-element results that nothing reads (here written into the inputs, as batch
+    norm's counters are) fuse into one kernel though they share no buffer; a scalar
+    that a later node reads is inlined into it, and a fallback between them stays in
+    order."""
+
+    def f(c1, c2, c3, x, s):
+        c1.add_(1)
+        c2.add_(1)
+        y = torch.cumsum(x, 0)  # a fallback between the updates
+        c3.add_(1)
+        t = s * 2  # one element, read below: not a leaf
+        return y * t
+
+    args = [torch.zeros((), dtype=torch.int64) for _ in range(3)]
+    args += [torch.randn(5, 3), torch.randn(())]
+    sched = schedule(torch.func.functionalize(f), *args)  # the updates: copy_ into c_i
+    scalar = [n for n in sched.nodes if not n.is_extern() and n.group[1:] == (1, 1)]
+    counters = [n for n in scalar if len(n.snodes) == 3]
+    assert len(counters) == 1, sched.fusion_log  # c1, c2, c3: one kernel
+    assert len(scalar) == 1
+    names = [m.get_name() for m in counters[0].snodes]
+    assert not any(name in n.read_names() for n in sched.nodes for name in names)
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
 def test_fused_nodes_stay_in_topological_order():
     x = torch.randn(6, 7)
 
