@@ -15,8 +15,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.capture import record_compiled
 from minductor.config import config
-from minductor.convnets import layout_decision
+from minductor.convnets import _measured_strides, _order, layout_decision
+from minductor.ir import Pointwise
 from minductor.lowering import GraphLowering
+from minductor.ops import ops
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
 
@@ -254,6 +256,50 @@ def test_a_window_between_convolutions_is_stored_channels_last(window, device):
     for sizes, strides in found:
         n, c, h, w = map(int, sizes.split(", "))
         assert tuple(map(int, strides.split(", "))) == (c * h * w, 1, w * c, c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_gather_between_convolutions_is_right_whatever_its_layout(device):
+    """Rows picked by an index tensor the caller passes, between two convolutions:
+    computed straight into the channels-last memory the second one reads, and right."""
+    torch.manual_seed(0)
+    a = torch.nn.Conv2d(3, 72, 3, padding=1, bias=False).to(device)
+    b = torch.nn.Conv2d(72, 96, 1, bias=False).to(device)
+
+    def f(x, rows):
+        return b(F.relu(a(x))[:, :, rows])
+
+    x = torch.randn(2, 3, 9, 7, device=device)
+    rows = torch.tensor([8, 0, 3, 3, 5], device=device)
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(f, backend="minductor")(x, rows)
+        expected = f(x, rows)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert graphs[0].fallbacks == []
+
+
+def test_strides_are_measured_where_the_index_allows_it():
+    """A clamped or divided index walks memory in an order the rule can measure; an
+    index read from memory (a gather) cannot be run at compile time: no vote."""
+    cpu, f32 = torch.device("cpu"), torch.float32
+
+    def channels_last_read(n, c, h, w):  # y: (2, 72, 9, 7), channels-last
+        return n * 72 * 63 + c + h * 7 * 72 + w * 72
+
+    def upsampled(index):
+        n, c, h, w = index
+        return ops.load("y", channels_last_read(n, c, h // 2, w))
+
+    def gathered(index):
+        n, c, h, w = index
+        row = ops.indirect_indexing(ops.load("rows", h), 9)
+        return ops.load("y", channels_last_read(n, c, row, w))
+
+    dims = [0, 1, 2, 3]
+    (strides,) = _measured_strides(Pointwise(cpu, f32, upsampled, (2, 72, 18, 7)), dims)
+    assert _order(strides) == [0, 2, 3, 1]  # channels-last, as its loads walk
+    assert _measured_strides(Pointwise(cpu, f32, gathered, (2, 72, 5, 7)), dims) == []
 
 
 @pytest.mark.parametrize("device", DEVICES)
