@@ -22,6 +22,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -217,7 +218,7 @@ class Row:
     status: str = "ok"  # ok, wrong: why, error: the exception's first line, skipped
     shape: str = ""  # B=8 T=512
     device: str = ""
-    compile_mode: str = ""  # torch.compile's mode for a compiled backend: reduce-overhead
+    compile_mode: str = ""  # torch.compile's mode, for a compiled backend
     # accuracy, against eager and against fp64 (see check)
     out_abs: float | None = None  # max |backend - eager| over the outputs
     out_rel: float | None = None  # ...over max |eager|
@@ -432,7 +433,9 @@ def measure_model(
             row.status = "error: eager failed, nothing to compare with"
         else:
             try:
-                got, steps[backend] = run_backend(row, reference, inputs, training, device)
+                got, steps[backend] = run_backend(
+                    row, reference, inputs, training, device
+                )
             except Exception as error:
                 error_row(row, error)
             else:
@@ -605,7 +608,9 @@ def fallbacks_cell(fallbacks: dict[str, int]) -> str:
 def label(r: Row) -> str:
     """The backend's name in a table, with its mode when it is not the default."""
     name = LABELS.get(r.backend, r.backend)
-    return f"{name} ({r.compile_mode})" if r.compile_mode not in ("", "default") else name
+    if r.compile_mode in ("", "default"):
+        return name
+    return f"{name} ({r.compile_mode})"
 
 
 def markdown(rows: list[Row]) -> str:

@@ -200,12 +200,8 @@ def split_count(reduction: Reduction) -> int:
     return splits
 
 
-def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
-    """Replace box's reduction by a second stage over a realized first stage."""
-    red = box.data
-    splits = split_count(red)
-    if splits == 1:
-        return
+def in_pieces(red: Reduction, splits: int) -> Reduction:
+    """red over pieces of its rows: outputs (piece, *red's outputs)."""
     rsizes = red.reduction_ranges
     piece = product(rsizes) // splits
     rstrides = contiguous_strides(rsizes)
@@ -215,13 +211,21 @@ def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
         digits = [ModularIndexing(flat, s, n) for s, n in zip(rstrides, rsizes)]
         return red.inner_fn(index[1:], digits)
 
-    first = dataclasses.replace(
+    return dataclasses.replace(
         red,
-        dtype=red.src_dtype,
         inner_fn=first_fn,
         ranges=(sympy.Integer(splits), *red.ranges),
         reduction_ranges=(piece,),
     )
+
+
+def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
+    """Replace box's reduction by a second stage over a realized first stage."""
+    red = box.data
+    splits = split_count(red)
+    if splits == 1:
+        return
+    first = dataclasses.replace(in_pieces(red, splits), dtype=red.src_dtype)
     load = TensorBox(first).realize(graph).make_loader()
 
     def second_fn(index, rindex):
@@ -292,25 +296,14 @@ def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]
 
 def _split_welford(graph, x, dims, keepdim, whole: Reduction, splits: int, count):
     # whole: a sum over the rows with every dim kept, whose body reads x as we must
-    acc, rsizes = whole.dtype, whole.reduction_ranges
-    piece = product(rsizes) // splits
-    rstrides = contiguous_strides(rsizes)
-
-    def piece_fn(index, rindex):  # (piece, *position) -> the element of the row
-        flat = index[0] * piece + rindex[0]
-        digits = [ModularIndexing(flat, s, n) for s, n in zip(rstrides, rsizes)]
-        return whole.inner_fn(index[1:], digits)
-
+    acc = whole.dtype
+    piece = product(whole.reduction_ranges) // splits
+    pieces = in_pieces(whole, splits)  # Welford over each piece: its mean and m2
     load_mean_i, load_m2_i = (
         graph.realize_intermediate(
             TensorBox(
                 dataclasses.replace(
-                    whole,
-                    inner_fn=piece_fn,
-                    ranges=(sympy.Integer(splits), *whole.ranges),
-                    reduction_ranges=(piece,),
-                    reduction_type="welford_reduce",
-                    output_index=k,
+                    pieces, reduction_type="welford_reduce", output_index=k
                 )
             )
         ).make_loader()
@@ -353,7 +346,8 @@ def _split_welford(graph, x, dims, keepdim, whole: Reduction, splits: int, count
         return ops.add(load_k(index), ops.truediv(load_d(index), _scalar(splits, acc)))
 
     def m2_fn(m2_sum, d_sum, d2_sum):  # sum(m2_i) + n * (sum(d_i^2) - sum(d_i)^2 / S)
-        spread = ops.sub(d2_sum, ops.truediv(ops.mul(d_sum, d_sum), _scalar(splits, acc)))
+        squared = ops.truediv(ops.mul(d_sum, d_sum), _scalar(splits, acc))
+        spread = ops.sub(d2_sum, squared)
         return ops.add(m2_sum, ops.mul(_scalar(piece, acc), spread))
 
     mean = TensorBox(Pointwise(x.get_device(), acc, mean_fn, tuple(ranges)))

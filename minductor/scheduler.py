@@ -604,7 +604,7 @@ class Scheduler:
             if not n.is_extern()
             and n.group[1:] == (1, 1)
             and not any(m.is_reduction() for m in n.snodes)
-            and not any(users.get(name, set()) - n.get_names() for name in n.get_names())
+            and not any(users.get(m, set()) - n.get_names() for m in n.get_names())
         ]
 
     def _topological_sort(

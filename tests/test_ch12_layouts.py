@@ -38,6 +38,17 @@ def _decide(fn, *inputs):
     return layout_decision(GraphLowering(gm, inputs))
 
 
+def _inference(fn, *inputs, tol=1e-4):
+    """fn compiled and in eager, under no_grad, compared: the results and the graph."""
+    torch._dynamo.reset()
+    with torch.no_grad(), record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor")(*inputs)
+        expected = fn(*inputs)
+    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+    (graph,) = graphs
+    return out, expected, graph
+
+
 def _conv(cout, cin, k, groups=1):
     return torch.randn(cout, cin // groups, k, k)
 
@@ -186,13 +197,8 @@ def test_nothing_is_converted_between_two_convolutions(device):
         torch.nn.Conv2d(72, 72, 3, padding=1),
     ).to(device).eval().to(memory_format=torch.channels_last)
     x = torch.randn(2, 16, 5, 6, device=device).to(memory_format=torch.channels_last)
-    torch._dynamo.reset()
-    with torch.no_grad(), record_compiled() as graphs:
-        out = torch.compile(net, backend="minductor")(x)
-        expected = net(x)
-    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    out, expected, graph = _inference(net, x)
     assert out.stride() == expected.stride()
-    (graph,) = graphs
     # batch norm and ReLU are one kernel, the last convolution's bias the other (ATen
     # would add it with a kernel of its own); input, weights and output need no copy
     assert len(graph.kernel_names) == 2
@@ -222,7 +228,9 @@ class Windowed(torch.nn.Module):  # ResNet's stem: a window between two convolut
 WINDOWS = {  # the window, and the kernels: the image and the first weight made
     # channels-last, the window with batch norm and ReLU, the add
     "max_pool": (lambda: torch.nn.MaxPool2d(3, 2, 1), 4),
-    "max_pool_ceil_dilated": (lambda: torch.nn.MaxPool2d(2, 2, 0, 2, ceil_mode=True), 4),
+    "max_pool_ceil_dilated": (
+        lambda: torch.nn.MaxPool2d(2, 2, 0, 2, ceil_mode=True), 4
+    ),
     "avg_pool": (lambda: torch.nn.AvgPool2d(3, 2, 1), 4),
     "nearest_up": (lambda: torch.nn.Upsample(scale_factor=2, mode="nearest"), 4),
     # four reads of each pixel: batch norm and ReLU are stored first, and so are the
@@ -241,13 +249,8 @@ def test_a_window_between_convolutions_is_stored_channels_last(window, device):
     torch.manual_seed(0)
     net = Windowed(make()).to(device).eval()
     x = torch.randn(2, 3, 17, 18, device=device)
-    torch._dynamo.reset()
-    with torch.no_grad(), record_compiled() as graphs:
-        out = torch.compile(net, backend="minductor")(x)
-        expected = net(x)
-    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    out, expected, graph = _inference(net, x)
     assert out.stride() == expected.stride()
-    (graph,) = graphs
     assert graph.fallbacks == []
     assert len(graph.kernel_names) == kernels, graph.kernel_names
     call = graph.source[graph.source.index("def call"):].replace("cuda", "cpu")
@@ -271,12 +274,8 @@ def test_a_gather_between_convolutions_is_right_whatever_its_layout(device):
 
     x = torch.randn(2, 3, 9, 7, device=device)
     rows = torch.tensor([8, 0, 3, 3, 5], device=device)
-    torch._dynamo.reset()
-    with torch.no_grad(), record_compiled() as graphs:
-        out = torch.compile(f, backend="minductor")(x, rows)
-        expected = f(x, rows)
-    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
-    assert graphs[0].fallbacks == []
+    _, _, graph = _inference(f, x, rows)
+    assert graph.fallbacks == []
 
 
 def test_strides_are_measured_where_the_index_allows_it():
@@ -312,12 +311,7 @@ def test_two_convolutions_reading_one_value_share_its_channels_last_copy(device)
         return a(x).sum() + b(x).sum()
 
     x = torch.randn(2, 8, 7, 6, device=device)
-    torch._dynamo.reset()
-    with torch.no_grad(), record_compiled() as graphs:
-        out = torch.compile(f, backend="minductor")(x)
-        expected = f(x)
-    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
-    (graph,) = graphs
+    _, _, graph = _inference(f, x)
     call = graph.source[graph.source.index("def call"):]
     image = next(line for line in call.splitlines() if "(2, 8, 7, 6)" in line)
     copy = image.split(" = ")[0].strip()
@@ -338,13 +332,8 @@ def test_a_convolutions_bias_fuses_into_what_reads_it(device, dtype, dims):
     net = torch.nn.Sequential(conv(6, 10, 3, padding=1), torch.nn.GELU())
     net = net.to(device, dtype).eval()
     x = torch.randn(2, 6, *[5, 7, 3][:dims], device=device, dtype=dtype)
-    torch._dynamo.reset()
-    with torch.no_grad(), record_compiled() as graphs:
-        out = torch.compile(net, backend="minductor")(x)
-        expected = net(x)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
-    (graph,) = graphs
+    out, expected, graph = _inference(net, x, tol=tol)
     assert graph.fallbacks == []
     assert len(graph.kernel_names) == 1  # the bias add and the GELU
     assert graph.kernel_names[0].endswith("fused_convolution_gelu_0")

@@ -76,7 +76,8 @@ def test_training_checks_every_gradient():
 
 def test_reduce_overhead_runs_both_steps_with_marks():
     """--compile-mode reaches torch.compile; on the CPU, CUDA graphs are skipped and the
-    training step still matches eager, each step begun with cudagraph_mark_step_begin."""
+    training step still matches eager, each step begun with
+    cudagraph_mark_step_begin."""
     marks = []
     real = torch.compiler.cudagraph_mark_step_begin
     torch.compiler.cudagraph_mark_step_begin = lambda: (marks.append(1), real())[1]
@@ -200,7 +201,8 @@ def test_flags():
     assert args.mode == args.dtype == "both" and not args.tiny and args.timeout == 600
     assert args.backends == ["eager", "inductor", "minductor"]
     assert args.compile_mode == "default"
-    assert parse_args(["--compile-mode", "reduce-overhead"]).compile_mode == "reduce-overhead"
+    graphed = parse_args(["--compile-mode", "reduce-overhead"])
+    assert graphed.compile_mode == "reduce-overhead"
     assert [m.name for m in select(["bert"])] == ["bert"]  # a name: that model only
     assert [m.name for m in select(["resnet"])] == ["resnet18", "resnet50"]
     assert len(select(None)) == 10

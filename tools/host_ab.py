@@ -14,11 +14,10 @@ import cProfile
 import pstats
 import statistics
 import sys
-import time
 
 import torch
 
-from minductor.models import DTYPES, frozen_heap, on_device, step
+from minductor.models import DTYPES, frozen_heap, on_device, step, timed
 
 sys.path.insert(0, "tools")
 from profile_model import build  # noqa: E402
@@ -28,13 +27,7 @@ BACKENDS = ("inductor", "minductor")
 
 def timed_steps(fn, x, training: bool, n: int) -> float:
     """Median wall ms of n steps, each waited for."""
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        step(fn, x, training)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+    times = [timed(lambda: step(fn, x, training), "cuda")[1] for _ in range(n)]
     return statistics.median(times) * 1e3
 
 
