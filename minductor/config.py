@@ -28,6 +28,8 @@ class Config:
     realize_opcount_threshold: int = 30
     # realize any value whose inlined body would exceed this many ops (ch. 6)
     inline_opcount_limit: int = 200
+    # refuse a fusion that holds more bytes alive longer than this times what it saves
+    fusion_memory_factor: int = 32
     # largest block a pointwise kernel uses (ch. 14)
     max_xblock: int = 1024
     # reductions over at most this many elements keep a whole row in registers (ch. 14)

@@ -487,7 +487,7 @@ def _layout(meta: torch.Tensor) -> FixedLayout:
     return FixedLayout(meta.device, meta.dtype, size, channels_last_strides(size))
 
 
-@register_lowering(aten.convolution, graph=True)
+@register_lowering(aten.convolution, graph=True, extern=True)
 def convolution(graph, x, weight, bias, *options):
     if bias is not None:  # a pointwise add, which fuses into the next kernel
         out = convolution(graph, x, weight, None, *options)
@@ -505,7 +505,7 @@ def convolution(graph, x, weight, bias, *options):
     return TensorBox(buf)
 
 
-@register_lowering(aten.convolution_backward, graph=True)
+@register_lowering(aten.convolution_backward, graph=True, extern=True)
 def convolution_backward(graph, grad, x, weight, *options):
     if not graph.layout_opt or len(x.get_size()) != 4:
         return extern_alloc(graph, grad, x, weight, *options)

@@ -153,12 +153,12 @@ def extern_out(graph: GraphLowering, op, args, kwargs) -> TensorBox:
     return TensorBox(buf)
 
 
-@register_lowering(aten.mm, aten.bmm, graph=True)
+@register_lowering(aten.mm, aten.bmm, graph=True, extern=True)
 def mm(graph, a, b):
     return extern_out(graph, graph.current_node.target, (a, b), {})
 
 
-@register_lowering(aten.baddbmm, graph=True)
+@register_lowering(aten.baddbmm, graph=True, extern=True)
 def baddbmm(graph, bias, a, b, *, beta=1, alpha=1):
     kwargs = {"beta": beta, "alpha": alpha}
     return extern_out(graph, aten.baddbmm.default, (bias, a, b), kwargs)
@@ -168,7 +168,7 @@ def _is_pointwise_use(node: torch.fx.Node) -> bool:
     return is_pointwise_use(node) and node.target in lowerings  # one we lower
 
 
-@register_lowering(aten.addmm, graph=True)
+@register_lowering(aten.addmm, graph=True, extern=True)
 def addmm(graph, bias, a, b, *, beta=1, alpha=1):
     users = graph.current_node.users
     unfuse = users and all(map(_is_pointwise_use, users))
@@ -198,7 +198,7 @@ def extern_alloc(graph, *args, **kwargs):
 
 
 for _op in EXTERN_ALLOC:
-    register_lowering(_op, graph=True)(extern_alloc)
+    register_lowering(_op, graph=True, extern=True)(extern_alloc)
 
 
 import operator  # noqa: E402

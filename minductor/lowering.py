@@ -54,10 +54,13 @@ class CannotCompile(NotImplementedError):
 
 
 def register_lowering(
-    *targets: OpOverload | OpOverloadPacket | Callable, graph: bool = False
+    *targets: OpOverload | OpOverloadPacket | Callable,
+    graph: bool = False,
+    extern: bool = False,  # the op runs a library kernel that reads its inputs stored
 ):
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.wants_graph = graph
+        fn.extern = extern
         for target in targets:
             if isinstance(target, OpOverloadPacket):
                 for name in target.overloads():
@@ -1004,5 +1007,27 @@ class GraphLowering(torch.fx.Interpreter):
             counts.count > config.realize_opcount_threshold
             or counts.reads > config.realize_reads_threshold
         )
-        if (len(n.users) > 1 and heavy) or counts.count > config.inline_opcount_limit:
+        stored = counts.reads > 0 and _stored_anyway(n)
+        several = len(n.users) > 1
+        if (several and (heavy or stored)) or counts.count > config.inline_opcount_limit:
             box.realize(self)
+
+
+def _stored_anyway(n: torch.fx.Node) -> bool:
+    """Whether a reader of n's value needs it in memory (an extern kernel or a fallback),
+    directly or through views of it."""
+    for user in n.users:
+        if user.op != "call_function" or user.target is operator.getitem:
+            continue
+        lowering = lowerings.get(user.target)
+        if lowering is None or getattr(lowering, "extern", False):
+            return True
+        if user.target in _VIEWS and _stored_anyway(user):
+            return True
+    return False
+
+
+_VIEWS = _DEVICE_VIEWS | {
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.reshape.default,
+    aten.squeeze.default, aten.squeeze.dims,
+}  # fmt: skip

@@ -577,10 +577,18 @@ class Scheduler:
             for (i, _), (a, b) in sorted(sharing.items(), key=lambda item: item[0])
         ]
         pairs.sort(key=lambda p: (p[0], -p[1]), reverse=True)
+        last_read = {name: k for k, n in enumerate(self.nodes) for name in n.read_names()}
         used: set[str] = set()
         fused_any = False
         for score, _, a, b in pairs:
             if a.get_name() in used or b.get_name() in used:
+                continue
+            kept = self._kept_alive(a, b, index, last_read)
+            if kept > max(config.fusion_memory_factor * score[0], 2**20):
+                self._log(
+                    f"cannot fuse {a.get_name()} with {b.get_name()}: it would hold "
+                    f"{kept} bytes longer to save {score[0]}"
+                )
                 continue
             ok, reason = self.can_fuse(a, b)
             if not ok:
@@ -594,6 +602,19 @@ class Scheduler:
             used |= {a.get_name(), b.get_name()}
             fused_any = True
         return fused_any
+
+    def _kept_alive(self, a, b, index: dict[str, int], last_read: dict[str, int]) -> int:
+        """Bytes that fusing a and b frees later: the inputs the earlier of the two is the
+        last to read (the later one does not read them)."""
+        first, second = sorted((a, b), key=lambda n: index[n.get_name()])
+        at = index[first.get_name()]
+        if index[second.get_name()] - at <= 1:
+            return 0  # neighbours: nothing runs in between
+        return sum(
+            self._numbytes(name)
+            for name in first.read_names() - second.read_names()
+            if last_read.get(name) == at
+        )
 
     def _scalar_leaves(self) -> list[BaseSchedulerNode]:
         """Pointwise nodes of one element whose results nothing in the graph reads."""

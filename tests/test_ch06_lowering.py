@@ -758,3 +758,29 @@ def test_a_window_with_symbolic_strides_is_not_taken_as_eagers():
 
     s0 = sympy.Symbol("s0", positive=True, integer=True)
     assert _same_order(_layout((4, 5), (s0, 1)), (5, 1)) is False
+
+
+def test_a_value_a_matmul_reads_is_stored_and_loaded_by_its_other_readers():
+    """p = a * b is read by a matmul (which needs it stored) and by a sum: the sum loads
+    the stored p instead of recomputing it from a and b, so a and b can be freed once p
+    is written. A value whose readers are all our kernels stays inlined."""
+    from minductor.scheduler import SchedulerNode
+
+    a, b, w = torch.randn(33, 65), torch.randn(33, 65), torch.randn(65, 7)
+
+    def f(a, b, w):
+        p = a * b
+        s = p.sum(1)  # lowered before the matmul that stores p
+        return torch.mm(p, w), s
+
+    graph = GraphLowering(make_fx(f)(a, b, w), [a, b, w]).lower()
+    (total,) = [b for b in graph.buffers if getattr(b, "is_reduction", bool)()]
+    reads = SchedulerNode.create(total).read_names()
+    assert len(reads) == 1 and not reads & set(graph.graph_inputs), reads
+
+    def g(a, b):
+        p = a * b
+        return p.sin(), p.sum(1)
+
+    graph = GraphLowering(make_fx(g)(a, b), [a, b]).lower()
+    assert len(graph.buffers) == 2  # p is inlined into both readers

@@ -402,3 +402,36 @@ def test_dead_code_elimination_keeps_fallbacks():
     assert names == ["buf0", "buf1", "buf3"]
     assert s.fusion_log.count("removed buf2: no users") == 1
     assert not any("buf0" in line for line in s.fusion_log if line.startswith("removed"))
+
+
+def test_distant_siblings_stay_apart_when_fusing_would_hold_memory(restore_config):
+    """Each layer sums its matmul's result over the batch, masked by one shared mask.
+    Fused into one kernel after the last layer, the four sums would hold every layer's
+    2 MiB result until the end: refused, with the reason logged. With the check off
+    (a huge factor), the same graph fuses them."""
+
+    def f(x, w, mask):
+        sums = []
+        for _ in range(4):
+            g = torch.bmm(x, w)
+            x = torch.softmax(g, -1)  # rows: another loop, so g's readers cannot merge
+            sums.append(torch.where(mask, g, 0.0).sum(0))
+        return x, *sums
+
+    torch.manual_seed(0)
+    args = (torch.randn(8, 256, 256), torch.randn(8, 256, 256), torch.rand(256) > 0.5)
+
+    def batch_sums(sched):
+        return [n for n in sched.nodes if not n.is_extern() and n.group[1:] == (65536, 8)]
+
+    sched = schedule(f, *args)
+    assert [len(n.snodes) for n in batch_sums(sched)] == [1, 1, 1, 1], sched.fusion_log
+    assert any("bytes longer" in line for line in sched.fusion_log)
+    # each sum runs in its own layer (after its matmul and softmax, before the next
+    # matmul), so its g is freed there
+    order = [n.get_name() for n in sched.nodes]
+    kinds = ["extern" if n.is_extern() else "sum" for n in sched.nodes]
+    assert kinds == ["extern", "extern", "sum"] * 4, order
+    config.fusion_memory_factor = 10**12
+    fused = schedule(f, *args)
+    assert len(batch_sums(fused)) < 4, fused.fusion_log

@@ -1,0 +1,97 @@
+"""What is alive at the peak of one warm step, per backend, and who allocated it.
+
+The suite reports each backend's peak memory; this says what the peak is made of. For
+each backend, one warm step runs with the CUDA caching allocator recording every
+allocation and its Python stack. Replaying the record finds the moment the most memory
+was allocated, and the blocks alive then are grouped by the line that allocated them:
+the first frame in a generated module (minductor's or Inductor's wrapper), else the first
+frame outside torch's own files. Run on a GPU:
+    PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends]
+"""
+
+import copy
+import linecache
+import sys
+
+import torch
+
+from minductor.models import DTYPES, on_device, step
+
+sys.path.insert(0, "tools")
+from profile_model import build  # noqa: E402
+
+MiB = 2**20
+
+
+def where(frames: list[dict]) -> str:
+    """The line a block is charged to: a generated module's, else the first of ours."""
+    for f in frames:  # innermost first
+        name = f["filename"]
+        if "/tmp" in name or "torchinductor" in name or "minductor_" in name:
+            text = linecache.getline(name, f["line"]).strip()
+            return f"{name.rsplit('/', 1)[-1][:12]}:{f['line']} {text[:90]}"
+    for f in frames:
+        name = f["filename"]
+        if "/torch/" not in name and "/functorch/" not in name:
+            return f"{name.rsplit('/', 1)[-1]}:{f['line']} {f['name']}"
+    f = frames[0] if frames else {"filename": "?", "line": 0, "name": "?"}
+    return f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}"
+
+
+def live_at_peak(trace: list[dict]) -> tuple[int, dict[int, dict]]:
+    """Replays allocations and frees; returns the peak (bytes above the step's start)
+    and the blocks alive at that moment."""
+    live: dict[int, dict] = {}
+    now = peak = 0
+    at_peak: dict[int, dict] = {}
+    for event in trace:
+        action = event["action"]
+        if action == "alloc":
+            live[event["addr"]] = event
+            now += event["size"]
+            if now > peak:
+                peak, at_peak = now, dict(live)
+        elif action == "free_requested" and event["addr"] in live:
+            now -= live.pop(event["addr"])["size"]
+    return peak, at_peak
+
+
+def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,minductor"):
+    training = mode == "training"
+    reference, inputs = build(name, training)
+    x = on_device(inputs, "cuda", DTYPES[dtype])
+    for backend in backends.split(","):
+        torch._dynamo.reset()
+        model = copy.deepcopy(reference).to("cuda", DTYPES[dtype]).train(training)
+        fn = model if backend == "eager" else torch.compile(model, backend=backend)
+        for _ in range(3):
+            step(fn, x, training)
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+        step(fn, x, training)
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        peak, blocks = live_at_peak(snap["device_traces"][torch.cuda.current_device()])
+        groups: dict[str, list[int]] = {}
+        for b in blocks.values():
+            groups.setdefault(where(b["frames"]), []).append(b["size"])
+        print(f"\n== {name} {mode} {dtype} {backend}: held before the step "
+              f"{held / MiB:.0f} MiB, peak above it {peak / MiB:.0f} MiB "
+              f"(allocator's peak {torch.cuda.max_memory_allocated() / MiB:.0f} MiB), "
+              f"{len(blocks)} blocks alive at the peak")
+        print("| MiB | blocks | allocated at |")
+        print("|---:|---:|---|")
+        ranked = sorted(groups.items(), key=lambda kv: -sum(kv[1]))
+        for at, sizes in ranked[:25]:
+            print(f"| {sum(sizes) / MiB:.1f} | {len(sizes)} | {at} |")
+        rest = sum(sum(s) for _, s in ranked[25:])
+        print(f"| {rest / MiB:.1f} | {sum(len(s) for _, s in ranked[25:])} | others |")
+        del model, fn
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
