@@ -18,12 +18,14 @@ from minductor.ir import (
     TensorBox,
 )
 from minductor.lowering import (
+    VIEW_TARGETS,
     GraphLowering,
     Unsupported,
     add,
     aten,
     lowerings,
     register_lowering,
+    store_passes,
 )
 from minductor.ops import ops
 from minductor.views import is_pointwise_use
@@ -66,6 +68,21 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
     if key in graph.copies:
         return _window(graph, graph.copies[key], order, size)
 
+    within = _within_padding(graph, x, root, size)
+    if within is not None:  # x's own storage has zeros where the padding goes
+        return within
+    origins = frozenset({"pad"})
+    copy = _zero_padded(graph, load, old, size, order, dtype, device, origins)
+    graph.copies[key] = copy
+    return _window(graph, copy, order, size)
+
+
+def _zero_padded(graph, load, old, size, order, dtype, device, origins) -> Buffer:
+    """A buffer of the padded size, in memory order `order`: load's values where the
+    old size has them, zeros elsewhere."""
+    dims = range(len(old))
+    stored = [size[d] for d in order]
+
     def inner_fn(index):
         at = [index[order.index(d)] for d in dims]
         zero_index = ops.constant(0, torch.int64)
@@ -79,10 +96,65 @@ def padded(graph: GraphLowering, x: Buffer, size: list[sympy.Expr]) -> Buffer:
         return ops.where(functools.reduce(ops.logical_and, inside), value, zero)
 
     layout = FixedLayout.contiguous(device, dtype, stored)
-    body = Pointwise(device, dtype, inner_fn, tuple(stored), frozenset({"pad"}))
-    copy = graph.copies[key] = ComputedBuffer(graph.new_buffer_name(), layout, body)
-    graph.register_buffer(copy)
-    return _window(graph, copy, order, size)
+    body = Pointwise(device, dtype, inner_fn, tuple(stored), origins)
+    buf = ComputedBuffer(graph.new_buffer_name(), layout, body)
+    graph.register_buffer(buf)
+    return buf
+
+
+def store_padded(graph: GraphLowering, n: torch.fx.Node, box: TensorBox) -> bool:
+    """Store a value that matmuls read, whose last dimension is long and not aligned,
+    with that dimension padded with zeros; the value is then a window onto it."""
+    size, dtype = box.get_size(), box.get_dtype()
+    if len(size) < 2 or _aligned(size[-1], dtype) == size[-1]:
+        return False
+    if not isinstance(box.data, Pointwise) or not _read_by_matmul(n):
+        return False
+    padded_size = [*size[:-1], _aligned(size[-1], dtype)]
+    order = list(range(len(size)))
+    origins = box.data.origins
+    buf = _zero_padded(
+        graph, box.make_loader(), size, padded_size, order, dtype, box.get_device(),
+        origins,
+    )  # fmt: skip
+    graph.copies[("zero padded", buf.name)] = tuple(size)
+    window = FixedLayout(buf.get_device(), dtype, tuple(size), buf.layout.stride)
+    box.data = ReinterpretView(buf, window)
+    return True
+
+
+def _read_by_matmul(n: torch.fx.Node) -> bool:
+    """Whether an mm or addmm reads n's value, directly or through views, and nothing
+    returns it (an output keeps eager's strides)."""
+    for user in n.users:
+        if user.op == "output":
+            return False
+    return any(
+        user.target in (aten.mm.default, aten.addmm.default)
+        or (user.target in VIEW_TARGETS and _read_by_matmul(user))
+        for user in n.users
+    )
+
+
+def _within_padding(graph, x: Buffer, root: Buffer, size) -> Buffer | None:
+    """x padded to size as a window onto root, if root was stored zero-padded
+    (`store_padded`) and x views it from its start, each dimension to pad being root's
+    padded one."""
+    old_root = graph.copies.get(("zero padded", root.name))
+    if old_root is None or x.layout.offset != 0:
+        return None
+    for d, (new, old) in enumerate(zip(size, x.get_size())):
+        if new == old:
+            continue
+        if x.layout.stride[d] != 1 or old != old_root[-1]:
+            return None
+        if new != root.layout.size[-1]:
+            return None
+    view = FixedLayout(x.get_device(), x.get_dtype(), tuple(size), x.layout.stride)
+    return TensorBox(ReinterpretView(root, view)).realize(graph)
+
+
+store_passes.append(store_padded)
 
 
 def _window(graph: GraphLowering, copy: Buffer, order: list[int], size) -> Buffer:

@@ -43,6 +43,9 @@ prims = torch.ops.prims
 lowerings: dict[Any, Callable[..., Any]] = {}
 # run on every reduction just before GraphLowering stores it (chapter 9 adds one)
 reduction_passes: list[Callable[[Any, TensorBox], None]] = []
+# other ways to store a value the realize policy stores; each returns whether it stored
+# it (chapter 11 adds one)
+store_passes: list[Callable[[Any, torch.fx.Node, TensorBox], bool]] = []
 
 
 class Unsupported(Exception):
@@ -1009,25 +1012,27 @@ class GraphLowering(torch.fx.Interpreter):
         )
         stored = counts.reads > 0 and _stored_anyway(n)
         several = len(n.users) > 1
-        if (several and (heavy or stored)) or counts.count > config.inline_opcount_limit:
-            box.realize(self)
+        too_big = counts.count > config.inline_opcount_limit
+        if (several and (heavy or stored)) or too_big:
+            if not any(store(self, n, box) for store in store_passes):
+                box.realize(self)
 
 
 def _stored_anyway(n: torch.fx.Node) -> bool:
-    """Whether a reader of n's value needs it in memory (an extern kernel or a fallback),
-    directly or through views of it."""
+    """Whether a reader of n's value needs it in memory (an extern kernel or a
+    fallback), directly or through views of it."""
     for user in n.users:
         if user.op != "call_function" or user.target is operator.getitem:
             continue
         lowering = lowerings.get(user.target)
         if lowering is None or getattr(lowering, "extern", False):
             return True
-        if user.target in _VIEWS and _stored_anyway(user):
+        if user.target in VIEW_TARGETS and _stored_anyway(user):
             return True
     return False
 
 
-_VIEWS = _DEVICE_VIEWS | {
+VIEW_TARGETS = _DEVICE_VIEWS | {
     aten.permute.default, aten.transpose.int, aten.t.default, aten.reshape.default,
     aten.squeeze.default, aten.squeeze.dims,
 }  # fmt: skip

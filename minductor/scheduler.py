@@ -577,7 +577,7 @@ class Scheduler:
             for (i, _), (a, b) in sorted(sharing.items(), key=lambda item: item[0])
         ]
         pairs.sort(key=lambda p: (p[0], -p[1]), reverse=True)
-        last_read = {name: k for k, n in enumerate(self.nodes) for name in n.read_names()}
+        last_read = {m: k for k, n in enumerate(self.nodes) for m in n.read_names()}
         used: set[str] = set()
         fused_any = False
         for score, _, a, b in pairs:
@@ -603,9 +603,9 @@ class Scheduler:
             fused_any = True
         return fused_any
 
-    def _kept_alive(self, a, b, index: dict[str, int], last_read: dict[str, int]) -> int:
-        """Bytes that fusing a and b frees later: the inputs the earlier of the two is the
-        last to read (the later one does not read them)."""
+    def _kept_alive(self, a, b, index: dict[str, int], last_read: dict[str, int]):
+        """Bytes that fusing a and b frees later: the inputs the earlier of the two is
+        the last to read (the later one does not read them)."""
         first, second = sorted((a, b), key=lambda n: index[n.get_name()])
         at = index[first.get_name()]
         if index[second.get_name()] - at <= 1:

@@ -276,23 +276,32 @@ def test_padded_matmuls_give_eagers_gradients(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_gradient_padded_for_both_backward_matmuls_is_copied_once(device):
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_a_gradient_both_backward_matmuls_read_is_stored_padded(bias, device):
     """The logits' gradient feeds grad_input (K padded) and, transposed, grad_weight
-    (M padded): one padded copy serves both, and the weight gets its own."""
+    (M padded), and with a bias a sum over its rows: the kernel computing it stores it
+    padded with zeros, and both matmuls read windows of it; only the weight is copied.
+    No compact copy of the gradient exists."""
     x = randn(6, 32, device=device).requires_grad_()
     w = randn(1027, 32, device=device).requires_grad_()
+    b = randn(1027, device=device).requires_grad_()
     target = torch.arange(6, device=device)
 
-    def loss(x, w):
-        return F.cross_entropy(x @ w.t(), target)
+    def loss(x, w, b):
+        return F.cross_entropy(F.linear(x, w, b if bias else None), target)
 
-    expected = torch.autograd.grad(loss(x, w), (x, w))
+    expected = torch.autograd.grad(loss(x, w, b), (x, w, b) if bias else (x, w))
     torch._dynamo.reset()
     with record_compiled() as graphs:
-        got = torch.autograd.grad(torch.compile(loss, backend="minductor")(x, w), (x, w))
+        out = torch.compile(loss, backend="minductor")(x, w, b)
+        got = torch.autograd.grad(out, (x, w, b) if bias else (x, w))
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
     backward = graphs[1].source
-    pads = [line for line in backward.splitlines() if "launch(triton_poi_fused_pad" in line]
-    assert len(pads) == 2, pads  # the gradient once, the weight once
+    lines = backward.splitlines()
+    pads = [line for line in lines if "launch(triton_poi_fused_pad" in line]
+    assert len(pads) == 1, pads  # the weight's
+    assert "(6, 1028), (1028, 1)" in backward  # the gradient, stored padded
+    assert "empty_strided_cpu((6, 1027)" not in backward
+    assert "empty_strided_cuda((6, 1027)" not in backward
     assert backward.count("extern_kernels.mm(") == 2

@@ -4,8 +4,8 @@ The suite reports each backend's peak memory; this says what the peak is made of
 each backend, one warm step runs with the CUDA caching allocator recording every
 allocation and its Python stack. Replaying the record finds the moment the most memory
 was allocated, and the blocks alive then are grouped by the line that allocated them:
-the first frame in a generated module (minductor's or Inductor's wrapper), else the first
-frame outside torch's own files. Run on a GPU:
+the first frame in a generated module (minductor's or Inductor's wrapper), else the
+first frame outside torch's own files. Run on a GPU:
     PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends]
 """
 
