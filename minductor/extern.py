@@ -126,12 +126,20 @@ def store_padded(graph: GraphLowering, n: torch.fx.Node, box: TensorBox) -> bool
 def _read_by_matmul(n: torch.fx.Node) -> bool:
     """Whether an mm or addmm reads n's value, directly or through views, and nothing
     returns it (an output keeps eager's strides)."""
-    for user in n.users:
-        if user.op == "output":
-            return False
+    return not _returned(n) and _matmul_reads(n)
+
+
+def _matmul_reads(n: torch.fx.Node) -> bool:
     return any(
         user.target in (aten.mm.default, aten.addmm.default)
-        or (user.target in VIEW_TARGETS and _read_by_matmul(user))
+        or (user.target in VIEW_TARGETS and _matmul_reads(user))
+        for user in n.users
+    )
+
+
+def _returned(n: torch.fx.Node) -> bool:
+    return any(
+        user.op == "output" or (user.target in VIEW_TARGETS and _returned(user))
         for user in n.users
     )
 

@@ -305,3 +305,22 @@ def test_a_gradient_both_backward_matmuls_read_is_stored_padded(bias, device):
     assert "empty_strided_cpu((6, 1027)" not in backward
     assert "empty_strided_cuda((6, 1027)" not in backward
     assert backward.count("extern_kernels.mm(") == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_returned_matmul_operand_keeps_eagers_strides(device):
+    """A value that a matmul reads and the graph returns (here through a view) is not
+    stored padded: the output has eager's strides and values."""
+    x = randn(6, 1027, device=device)
+    w = randn(1027, 8, device=device)
+
+    def f(x, w):
+        g = x.exp()
+        return g.view(6, 13, 79), g @ w
+
+    expected = f(x, w)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="minductor")(x, w)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+        assert g.stride() == e.stride()
