@@ -534,9 +534,11 @@ class Scheduler:
         return numel * buf.layout.dtype.itemsize
 
     def _buffer(self, name: str) -> Buffer | None:
-        for b in self.graph.buffers:
-            if b.name == name:
-                return b
+        buffers = self.graph.buffers  # a list that only grows: index it when it has
+        if len(getattr(self, "_by_name", ())) != len(buffers):
+            self._by_name = {b.name: b for b in buffers}
+        if name in self._by_name:
+            return self._by_name[name]
         box = self.graph.graph_inputs.get(name)
         return box.data if box is not None and hasattr(box, "data") else None
 
