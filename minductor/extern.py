@@ -18,12 +18,12 @@ from minductor.ir import (
     TensorBox,
 )
 from minductor.lowering import (
-    VIEW_TARGETS,
     GraphLowering,
     Unsupported,
     add,
     aten,
     lowerings,
+    readers,
     register_lowering,
     store_passes,
 )
@@ -126,22 +126,10 @@ def store_padded(graph: GraphLowering, n: torch.fx.Node, box: TensorBox) -> bool
 def _read_by_matmul(n: torch.fx.Node) -> bool:
     """Whether an mm or addmm reads n's value, directly or through views, and nothing
     returns it (an output keeps eager's strides)."""
-    return not _returned(n) and _matmul_reads(n)
-
-
-def _matmul_reads(n: torch.fx.Node) -> bool:
-    return any(
-        user.target in (aten.mm.default, aten.addmm.default)
-        or (user.target in VIEW_TARGETS and _matmul_reads(user))
-        for user in n.users
-    )
-
-
-def _returned(n: torch.fx.Node) -> bool:
-    return any(
-        user.op == "output" or (user.target in VIEW_TARGETS and _returned(user))
-        for user in n.users
-    )
+    found = list(readers(n))
+    matmuls = (aten.mm.default, aten.addmm.default)
+    returned = any(r.op == "output" for r in found)
+    return not returned and any(r.target in matmuls for r in found)
 
 
 def _within_padding(graph, x: Buffer, root: Buffer, size) -> Buffer | None:

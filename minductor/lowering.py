@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import math
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import sympy
 import torch
@@ -1021,15 +1021,21 @@ class GraphLowering(torch.fx.Interpreter):
 def _stored_anyway(n: torch.fx.Node) -> bool:
     """Whether a reader of n's value needs it in memory (an extern kernel or a
     fallback), directly or through views of it."""
+    return any(
+        r.op == "call_function"
+        and r.target is not operator.getitem
+        and getattr(lowerings.get(r.target), "extern", True)  # no lowering: a fallback
+        for r in readers(n)
+    )
+
+
+def readers(n: torch.fx.Node) -> Iterator[torch.fx.Node]:
+    """The nodes that read n's value, looking through the views of it."""
     for user in n.users:
-        if user.op != "call_function" or user.target is operator.getitem:
-            continue
-        lowering = lowerings.get(user.target)
-        if lowering is None or getattr(lowering, "extern", False):
-            return True
-        if user.target in VIEW_TARGETS and _stored_anyway(user):
-            return True
-    return False
+        if user.op == "call_function" and user.target in VIEW_TARGETS:
+            yield from readers(user)
+        else:
+            yield user
 
 
 VIEW_TARGETS = _DEVICE_VIEWS | {
