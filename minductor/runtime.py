@@ -206,11 +206,72 @@ def launch(
     launcher(*args, *sizes)
 
 
+# read at every launch: torch sets it while a profiler runs
+_autograd_profiler = torch.autograd.profiler
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+class CallSite:
+    """The launcher of one launch line whose sizes are numbers: kernel, sizes and
+    blocks bound when the module loads; `call` passes only the buffers."""
+
+    def __init__(self, kernel, sizes, *, XBLOCK, num_warps, RBLOCK=None, check=()):
+        blocks = {"XBLOCK": XBLOCK}
+        if RBLOCK is not None:
+            blocks["RBLOCK"] = RBLOCK
+        grid = ((sizes[0] + XBLOCK - 1) // XBLOCK,)
+        self.kernel, self.sizes, self.blocks = kernel, sizes, blocks
+        self.num_warps = num_warps
+        self.launcher = Launcher(kernel, grid, blocks, num_warps)
+        self.check = check  # positions of the buffers that may be unaligned
+        self.tail = (*sizes, *blocks.values())  # what follows the buffers
+        self.grid3 = grid + (1,) * (3 - len(grid))
+
+    def __call__(self, *buffers) -> None:
+        launcher = self.launcher
+        b = launcher.binary
+        if (
+            b is not None
+            and not _autograd_profiler._is_profiler_enabled
+            and _current_device() == launcher.device
+        ):
+            for i in self.check:
+                if buffers[i].data_ptr() % 16:
+                    break  # not what the binary was compiled for
+            else:
+                b.run(
+                    *self.grid3,
+                    _raw_stream(launcher.device),
+                    b.function,
+                    b.packed_metadata,
+                    None,  # launch metadata
+                    None,  # enter hook
+                    None,  # exit hook
+                    *buffers,
+                    *self.tail,
+                )
+                return
+        if _autograd_profiler._is_profiler_enabled:
+            with torch._C._profiler._RecordFunctionFast(self.kernel.__name__):
+                launcher(*buffers, *self.sizes)
+            return
+        launcher(*buffers, *self.sizes)
+
+    def through(self, launch_fn: Callable) -> Callable:
+        """This site's launches made by `launch_fn`, a function like `launch`."""
+        meta = dict(self.blocks, num_warps=self.num_warps)
+        if len(self.sizes) == 2:
+            meta["rnumel"] = self.sizes[1]
+        numel = self.sizes[0]
+        return lambda *buffers: launch_fn(self.kernel, numel, *buffers, **meta)
+
+
 @dataclasses.dataclass(frozen=True)
 class WarmUp:
     """One launch that can be compiled before the graph's first call."""
 
     kernel: str  # its name in the generated module
+    site: str  # the name of its launch line's CallSite there
     buffers: tuple[tuple[torch.dtype, bool], ...]  # each pointer's dtype, and aligned?
     sizes: tuple[int, ...]  # xnumel, and rnumel for a reduction
     blocks: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
@@ -222,12 +283,8 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
     if interpret_mode() or device.type != "cuda" or threads <= 1:
         return
     by_kernel: dict[str, list[tuple[Launcher, WarmUp]]] = {}
-    for w in warm_ups:  # the launchers the first call will find; a kernel's on one thread
-        blocks = dict(w.blocks)
-        kernel, rblock = getattr(module, w.kernel), blocks.get("RBLOCK")
-        launcher = launcher_for(
-            kernel, w.sizes, (), blocks["XBLOCK"], rblock, blocks["num_warps"]
-        )
+    for w in warm_ups:  # the launchers the first call will use; a kernel's on one thread
+        launcher = getattr(module, w.site).launcher
         by_kernel.setdefault(w.kernel, []).append((launcher, w))
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     with fake_off():  # compiling happens inside Dynamo's fake mode

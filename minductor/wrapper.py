@@ -67,9 +67,14 @@ class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
     comment: str = ""  # what autotuning chose (chapter 16)
+    site: str = ""  # the name of its CallSite, for a launch with numbers for sizes
+    check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
 
     def codegen(self) -> str:
         k = self.kernel
+        if self.site:  # sizes and blocks are bound in the site (below)
+            line = f"{self.site}({', '.join(k.call_args)})"
+            return f"{self.comment}\n{line}" if self.comment else line
         args = ", ".join(k.call_args + k.size_args)
         numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
@@ -88,6 +93,24 @@ class KernelCallLine:
 
     def defines(self) -> tuple[str, ...]:
         return ()
+
+    def static_sizes(self) -> tuple[int, ...] | None:
+        """xnumel (and rnumel for a reduction) if they are numbers, xnumel not 0, and
+        the blocks fixed: a launch a CallSite can make; None otherwise."""
+        k = self.kernel
+        if k.size_args or k.per_call_blocks:
+            return None
+        sizes = (k.numel, k.rnumel) if "RBLOCK" in dict(k.meta) else (k.numel,)
+        if not all(isinstance(n, (int, sympy.Integer)) for n in sizes):
+            return None
+        return tuple(int(n) for n in sizes) if int(sizes[0]) != 0 else None
+
+    def site_definition(self) -> str:
+        meta = ", ".join(f"{key}={value}" for key, value in self.kernel.meta)
+        return (
+            f"{self.site} = CallSite({self.kernel_name}, {self.static_sizes()}, "
+            f"{meta}, check={self.check})"
+        )
 
 
 def codegen_arg(a: Any) -> str:
@@ -331,6 +354,7 @@ class WrapperCodeGen:
                 else line
                 for line in self.lines
             ]
+        self.plan_sites()
 
     def mark_aten_only(self) -> None:
         """Flag the ATen results that only ATen kernels (or the caller) read."""
@@ -618,8 +642,8 @@ class WrapperCodeGen:
             "from minductor import triton_helpers as helpers",
             "from minductor.runtime import (",
             "    benchmark, empty_strided, empty_strided_cpu, empty_strided_cuda,",
-            "    extern_kernels, launch, persistent_blocks, pointwise_blocks,",
-            "    rand_strided,",
+            "    CallSite, extern_kernels, launch, persistent_blocks,",
+            "    pointwise_blocks, rand_strided,",
             "    reinterpret_tensor, restride,",
             ")",
             "",
@@ -628,6 +652,12 @@ class WrapperCodeGen:
         ]
         for (source, _), name in self.kernels.items():
             out += ["", source.replace("KERNEL_NAME", name), ""]
+        sites = {}  # in launch order, each once
+        for line in self.lines:
+            if isinstance(line, KernelCallLine) and line.site:
+                sites[line.site_definition()] = None
+        if sites:
+            out += ["", *sites, ""]
         out += ["", *self.generate_call(), "", *self.generate_benchmark()]
         out += [
             "",
@@ -697,23 +727,66 @@ class WrapperCodeGen:
         ]
 
 
+    def aligned_names(self) -> set[str]:
+        """The names `call` binds to 16-byte aligned memory, whatever its inputs."""
+        aligned: set[str] = set()
+        for line in self.lines:
+            if isinstance(line, AllocateLine):
+                aligned.add(line.name)
+            elif isinstance(line, ReuseLine) and line.old in aligned:
+                aligned.add(line.new)  # the same memory, offset 0
+            elif isinstance(line, ReinterpretLine) and line.node.base.name in aligned:
+                lay = line.node.layout
+                offset = sympy.sympify(lay.offset * lay.dtype.itemsize)
+                if offset.is_Integer and offset % 16 == 0:
+                    aligned.add(line.node.name)
+        return aligned
+
+    def plan_sites(self) -> None:
+        """A CallSite name for each launch with numbers for sizes."""
+        aligned = self.aligned_names()
+        launches = [
+            (k, (line.kernel_name, line.static_sizes(), line.kernel.meta))
+            for k, line in enumerate(self.lines)
+            if isinstance(line, KernelCallLine) and line.static_sizes() is not None
+        ]
+        names: dict[tuple, str] = {}  # (kernel, sizes, blocks) -> its site
+        checks: dict[str, set[int]] = {}  # site -> positions to check, all its lines'
+        for k, key in launches:
+            if key not in names:
+                same_kernel = sum(other[0] == key[0] for other in names)
+                suffix = f"_{same_kernel}" if same_kernel else ""
+                names[key] = f"launch_{key[0]}{suffix}"
+            args = self.lines[k].kernel.call_args
+            checks.setdefault(names[key], set()).update(
+                i for i, name in enumerate(args) if name not in aligned
+            )
+        for k, key in launches:
+            site = names[key]
+            check = tuple(sorted(checks[site]))
+            self.lines[k] = dataclasses.replace(self.lines[k], site=site, check=check)
+
+
     def warm_ups(self) -> list[WarmUp]:
         """The launches of `call` whose kernels can be compiled before it runs."""
         found: dict[WarmUp, None] = {}  # in launch order, each once
         for line in self.lines:
-            k = line.kernel if isinstance(line, KernelCallLine) else None
-            if k is None or k.size_args or k.per_call_blocks:
+            if not isinstance(line, KernelCallLine) or not line.site:
                 continue
-            meta = dict(k.meta)
-            sizes = (k.numel, k.rnumel) if "RBLOCK" in meta else (k.numel,)
-            layouts = [self.layouts.get(name) for name in k.call_args]
-            numbers = all(isinstance(n, (int, sympy.Integer)) for n in sizes)
-            if not numbers or int(sizes[0]) == 0 or None in layouts:
+            layouts = [self.layouts.get(name) for name in line.kernel.call_args]
+            if None in layouts:
                 continue
             buffers = tuple(
                 (lay.dtype, sympy.Mod(lay.offset * lay.dtype.itemsize, 16) == 0)
                 for lay in layouts
             )
-            sizes = tuple(int(n) for n in sizes)
-            found[WarmUp(line.kernel_name, buffers, sizes, tuple(meta.items()))] = None
+            found[
+                WarmUp(
+                    line.kernel_name,
+                    line.site,
+                    buffers,
+                    line.static_sizes(),
+                    line.kernel.meta,
+                )
+            ] = None
         return list(found)

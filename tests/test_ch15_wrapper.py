@@ -174,7 +174,7 @@ def test_memory_lines_free_after_last_use_and_never_outputs():
     assert freed == {"x_1", "y_1", "buf0", "buf1"}
     assert body[-1] == "return (buf2, buf3)"
     # the inputs die right after the first kernel, their last reader
-    first_launch = next(k for k, line in enumerate(body) if line.startswith("launch("))
+    first_launch = next(k for k, line in enumerate(body) if line.startswith("launch"))
     assert body[first_launch + 1] == "del x_1, y_1"
 
 
@@ -278,7 +278,7 @@ def test_removed_buffer_is_not_allocated():
         config.realize_opcount_threshold = saved
     body = call_body(source)
     assert "buf0" not in " ".join(body)
-    assert sum(line.startswith("launch(") for line in body) == 1
+    assert sum(line.startswith("launch_") for line in body) == 1
     assert [type(line) for line in wrapper.lines] == [
         AllocateLine,
         AllocateLine,
@@ -294,10 +294,13 @@ def test_kernel_launch_line():
     assert body[2] == (
         f"buf0 = empty_strided_{DEVICE.type}((33, 65), (65, 1), torch.float32)"
     )
+    assert body[3] == "launch_triton_poi_fused_add_mul_0(a_1, b_1, c_1, buf0)"
+    # its site, defined once: sizes and blocks bound; the inputs' alignment checked
+    # at each launch, the buffer call allocates not
     assert (
-        body[3] == "launch(triton_poi_fused_add_mul_0, 2145, a_1, b_1, c_1, buf0, "
-        "XBLOCK=1024, num_warps=4)"
-    )
+        "launch_triton_poi_fused_add_mul_0 = CallSite(triton_poi_fused_add_mul_0, "
+        "(2145,), XBLOCK=1024, num_warps=4, check=(0, 1, 2))"
+    ) in source.splitlines()
 
 
 # --- deduplication --------------------------------------------------------------------
@@ -314,11 +317,14 @@ def test_identical_kernels_are_defined_once_and_launched_twice():
     wrapper, source = check_against_eager(f, x)
     assert list(wrapper.kernels.values()) == ["triton_poi_fused_sin_0"]
     assert source.count("@triton.jit") == 1
-    launches = [line for line in call_body(source) if line.startswith("launch(")]
+    launches = [line for line in call_body(source) if line.startswith("launch")]
     assert launches == [
-        "launch(triton_poi_fused_sin_0, 30, x_1, buf0, XBLOCK=32, num_warps=1)",
-        "launch(triton_poi_fused_sin_0, 30, buf1, buf2, XBLOCK=32, num_warps=1)",
+        "launch_triton_poi_fused_sin_0(x_1, buf0)",
+        "launch_triton_poi_fused_sin_0(buf1, buf2)",
     ]
+    # one site for both: the input and the fallback's result are checked
+    assert source.count(" = CallSite(") == 1
+    assert "XBLOCK=32, num_warps=1, check=(0,))" in source
 
 
 @pytest.mark.usefixtures("cumsum_falls_back")

@@ -12,6 +12,7 @@ import triton.language as tl
 from minductor import runtime
 from minductor.config import config
 from minductor.runtime import (
+    CallSite,
     benchmark,
     empty_strided,
     interpret_mode,
@@ -209,6 +210,71 @@ def test_launch_runs_a_real_kernel(numel):
     torch.testing.assert_close(out, x * 2)
 
 
+# --- call sites -----------------------------------------------------------------------
+
+
+def test_a_call_site_binds_sizes_and_blocks_and_passes_buffers_then_sizes():
+    kernel = FakeKernel()
+    site = CallSite(kernel, (1000, 33), XBLOCK=256, RBLOCK=64, num_warps=4, check=(0,))
+    for _ in range(2):
+        site("in", "out")
+    assert kernel.grids == [(4,), (4,)]  # ceil(1000 / 256), one launch each
+    assert [c[1] for c in kernel.calls] == [("in", "out", 1000, 33)] * 2
+    assert kernel.calls[0][2]["XBLOCK"] == 256 and kernel.calls[0][2]["RBLOCK"] == 64
+
+
+def test_a_call_site_hands_its_launches_to_another_launch():
+    seen = []
+
+    def spy(kernel, numel, *args, **meta):
+        seen.append((kernel, numel, args, meta))
+
+    kernel = FakeKernel()
+    CallSite(kernel, (1000, 33), XBLOCK=256, RBLOCK=64, num_warps=4).through(spy)("a")
+    CallSite(kernel, (70,), XBLOCK=128, num_warps=2).through(spy)("b", "c")
+    assert seen == [
+        (kernel, 1000, ("a",), dict(XBLOCK=256, RBLOCK=64, num_warps=4, rnumel=33)),
+        (kernel, 70, ("b", "c"), dict(XBLOCK=128, num_warps=2)),
+    ]
+    assert kernel.calls == []  # the spy launched nothing
+
+
+@pytest.mark.parametrize("numel", [1, 5, 64, 200])
+def test_a_call_site_runs_a_real_kernel(numel):
+    site = CallSite(_double, (numel,), XBLOCK=64, num_warps=1)
+    for _ in range(3):  # the first launch compiles; the others take the direct path
+        x = torch.randn(numel, device=DEVICE)
+        out = torch.full((numel,), -7.0, device=DEVICE)
+        site(x, out)
+        torch.testing.assert_close(out, x * 2)
+
+
+@pytest.mark.cuda
+def test_a_call_site_checks_the_alignment_it_is_told_to():
+    base = torch.randn(1025, device="cuda")
+    aligned, unaligned = base[:1000], base[1:1001]  # the second starts 4 bytes in
+    out = torch.empty(1000, device="cuda")
+    site = CallSite(_double, (1000,), XBLOCK=256, num_warps=4, check=(0,))
+    for x in (aligned, aligned, unaligned, aligned, unaligned):
+        out.fill_(-7.0)
+        site(x, out)
+        torch.testing.assert_close(out, x * 2)
+    assert site.launcher.binary is not None  # the aligned calls went the direct way
+
+
+@pytest.mark.cuda
+def test_a_compiled_graph_is_right_for_inputs_at_odd_addresses():
+    # compiled for an aligned input, then called with one 4 bytes further in
+    def f(x):
+        return (x * 2).sin(), x.sum()
+
+    base = torch.randn(2049, device="cuda")
+    fn = torch.compile(f, backend="minductor")
+    for x in (base[:2048], base[:2048], base[1:2049], base[1:2049], base[:2048]):
+        for got, want in zip(fn(x), f(x), strict=True):
+            torch.testing.assert_close(got, want)
+
+
 def test_interpret_mode_follows_the_environment(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert interpret_mode()
@@ -359,6 +425,34 @@ def test_warm_ups_name_each_launch_with_its_dtypes_alignment_and_sizes():
     assert by_sizes[(6,)].buffers == ((torch.int64, True), (torch.bool, True))
     sin = next(w for w in warm_ups if "sin" in w.kernel)
     assert sin.buffers[-1] == (torch.float32, False)  # 28 bytes into the cat
+    # each warm-up names the site its launch uses
+    sites = {line.site for line in wrapper.lines if hasattr(line, "kernel")}
+    assert {w.site for w in warm_ups} == sites and len(sites) == 3
+
+
+def test_a_site_checks_what_call_did_not_allocate_aligned():
+    def f(x, n):
+        y = x.sum(-1) + n[1:].float()  # inputs: checked
+        z = torch.lgamma(y)  # a fallback's result: checked
+        # the cat's first piece is at offset 0 of memory call allocates: not checked;
+        # the second, 7 floats in, is
+        return torch.cat([z.exp(), x[0, :5].sin()])
+
+    x, n = torch.randn(7, 33), torch.arange(8, dtype=torch.int32)
+    wrapper = _wrapper_for(f, x, n)
+    checked = {}
+    for line in wrapper.lines:
+        if hasattr(line, "kernel"):
+            args = line.kernel.call_args
+            checked[line.kernel_name] = {args[i] for i in line.check}
+    inputs = set(wrapper.graph.graph_input_names)
+    (fallback,) = [b.name for b in wrapper.graph.buffers if "lgamma" in str(b)]
+    (reduction, exp, sin) = checked  # in launch order
+    assert checked[reduction] == inputs  # x and n, not the buffer it writes
+    assert checked[exp] == {fallback}
+    sin_args = next(ln for ln in wrapper.lines if getattr(ln, "kernel_name", "") == sin)
+    assert checked[sin] == {sin_args.kernel.call_args[0], sin_args.kernel.call_args[-1]}
+    assert sin_args.kernel.call_args[0] in inputs
 
 
 def test_launches_with_symbolic_sizes_are_left_to_compile_at_launch():

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from minductor.bench import GPT, training_step
-from minductor.runtime import launch
+from minductor.runtime import CallSite, launch
 
 
 @triton.jit
@@ -70,6 +70,8 @@ def main() -> None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(30)
     x = torch.empty(1 << 20, device="cuda")
     y = torch.empty(1 << 20, device="cuda")
+    site = CallSite(_add_one, (1000,), XBLOCK=1024, num_warps=4)
+    checked = CallSite(_add_one, (1000,), XBLOCK=1024, num_warps=4, check=(0, 1))
     g = torch._C._dynamo.guards
     calls = {
         "torch.empty_strided": lambda: torch.empty_strided(
@@ -91,6 +93,8 @@ def main() -> None:
         "minductor launch(...)": lambda: launch(
             _add_one, 1000, x, y, XBLOCK=1024, num_warps=4
         ),
+        "minductor CallSite, nothing checked": lambda: site(x, y),
+        "minductor CallSite, both checked": lambda: checked(x, y),
     }
     print("| call | µs |\n|---|---:|")
     for name, fn in calls.items():

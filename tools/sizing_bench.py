@@ -51,7 +51,7 @@ def blocks(source: str) -> str:
     """The block sizes of each launch in a generated module, e.g. X128w4."""
     found = []
     for line in source.splitlines():
-        if "launch(triton_" in line:
+        if "launch(triton_" in line or " = CallSite(triton_" in line:
             meta = dict(re.findall(r"(XBLOCK|RBLOCK|num_warps)=(\d+)", line))
             r = f"R{meta['RBLOCK']}" if "RBLOCK" in meta else ""
             found.append(f"X{meta.get('XBLOCK', '?')}{r}w{meta.get('num_warps', '?')}")

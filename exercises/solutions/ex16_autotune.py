@@ -23,9 +23,11 @@
 #
 # **It builds on** chapter 16 (*Runtime*): `load_module` (one module per source,
 # cached), `launch(kernel, numel, *args, XBLOCK=..., num_warps=..., rnumel=...,
-# RBLOCK=...)`, the call every generated `call` makes, and `benchmark`; chapter 15
-# (*Wrapper*) for the `call` that makes those launches; and chapter 10 for the
-# in-place update of an input (`copy_`), the kernel that must not run twice.
+# RBLOCK=...)`, the general launch, the `CallSite` each launch line of a generated
+# `call` goes through (its `through(f)` makes the site's launches with `f`, a
+# function like `launch`), and `benchmark`; chapter 15 (*Wrapper*) for the `call`
+# that makes those launches; and chapter 10 for the in-place update of an input
+# (`copy_`), the kernel that must not run twice.
 #
 # **Why it matters.** minductor picks block sizes by rule (chapter 14). A rule is
 # right for the shapes it was measured on: the performance page records, on an H200,
@@ -43,7 +45,7 @@ import torch
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
-from minductor.runtime import benchmark, launch, load_module
+from minductor.runtime import CallSite, benchmark, launch, load_module
 
 
 def compile_once(fn, *args):
@@ -61,18 +63,20 @@ def measure_ms(run, blocks):
 
 
 # %% [markdown]
-# A compiled graph's module is an ordinary Python module, and its `call` looks up
-# `launch` in the module's globals each time it runs. So a tuner can be installed in
-# one module, without touching the runtime: `module.launch = tuner`. Here are the
-# launch lines of a small graph:
+# A compiled graph's module is an ordinary Python module. Each launch line of its
+# `call` names a `CallSite`, defined at the module's top with the kernel's sizes and
+# blocks, and `call` looks that name up in the module's globals each time it runs. So
+# a tuner can be installed in one module, without touching the runtime: replace each
+# site with `site.through(tuner)`, which launches through the tuner with the
+# arguments the site would have given `launch`. Here are the sites and the launch
+# lines of a small graph:
 
 # %%
 x = torch.randn(37, 29)
 _, graph = compile_once(lambda x: (x.sin() + 1, x.sum(1)), x)
 module = load_module(graph.source)
-launches = [line.strip() for line in graph.source.splitlines() if "launch(" in line]
+launches = [line.strip() for line in graph.source.splitlines() if "launch_" in line]
 print("\n".join(launches))
-print("module.call is graph.call:", module.call is graph.call)
 
 # %% [markdown]
 # ## The tuner
@@ -142,7 +146,10 @@ def tuned(fn, tuner, *args):
     with record_compiled() as graphs:
         compiled(*args)
     (graph,) = graphs
-    load_module(graph.source).launch = tuner
+    module = load_module(graph.source)
+    for name, site in list(vars(module).items()):
+        if isinstance(site, CallSite):
+            setattr(module, name, site.through(tuner))
     return compiled, graph
 
 
