@@ -1,4 +1,4 @@
-# generated from chapters/12_convnets.md — edit there
+# generated from chapters/13_convnets.md — edit there
 
 from __future__ import annotations
 

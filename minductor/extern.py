@@ -1,4 +1,4 @@
-# generated from chapters/11_extern.md — edit there
+# generated from chapters/12_extern.md — edit there
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# generated from chapters/07_factories.md — edit there
+# generated from chapters/08_factories.md — edit there
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# generated from chapters/10_indexing.md — edit there
+# generated from chapters/11_indexing.md — edit there
 
 from __future__ import annotations
 

@@ -41,10 +41,10 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 lowerings: dict[Any, Callable[..., Any]] = {}
-# run on every reduction just before GraphLowering stores it (chapter 9 adds one)
+# run on every reduction just before GraphLowering stores it (chapter 10 adds one)
 reduction_passes: list[Callable[[Any, TensorBox], None]] = []
 # other ways to store a value the realize policy stores; each returns whether it stored
-# it (chapter 11 adds one)
+# it (chapter 12 adds one)
 store_passes: list[Callable[[Any, torch.fx.Node, TensorBox], bool]] = []
 
 
@@ -620,7 +620,7 @@ def _dense(size, stride) -> bool:
     return True
 
 
-# Hooks for chapter 12, which runs the convolutions of a graph channels-last: a
+# Hooks for chapter 13, which runs the convolutions of a graph channels-last: a
 # graph's layout decision, and the memory order a value gets when it is realized.
 layout_decisions: list[Callable[[GraphLowering], bool]] = []
 layout_rules: list[Callable[[GraphLowering, Any], FixedLayout | None]] = []
@@ -651,7 +651,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
-        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 18
+        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 19
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.copies: dict[tuple, Buffer] = {}  # a buffer laid out anew, by what it holds
@@ -955,7 +955,7 @@ class GraphLowering(torch.fx.Interpreter):
             self._check_against_meta(n, box, metas[k] if several else metas)
             self._add_origin(box)
             if isinstance(box.data, Reduction):
-                for rewrite in reduction_passes:  # chapter 9: split long rows
+                for rewrite in reduction_passes:  # chapter 10: split long rows
                     rewrite(self, box)
                 box.realize(self)  # nothing can read a reduction element-wise
             elif isinstance(box.data, Pointwise):

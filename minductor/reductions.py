@@ -1,4 +1,4 @@
-# generated from chapters/09_reductions.md — edit there
+# generated from chapters/10_reductions.md — edit there
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ SPLITTABLE = ("sum", "prod", "max", "min")
 
 
 class LoadIndices(NullHandler):
-    """Records the index of every load a body makes (chapter 12 asks it too)."""
+    """Records the index of every load a body makes (chapter 13 asks it too)."""
 
     def __init__(self):
         self.indices: list[sympy.Expr] = []
