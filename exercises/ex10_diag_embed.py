@@ -51,8 +51,9 @@ import sympy
 
 from minductor.capture import record_compiled
 from minductor.ir import Pointwise, TensorBox
-from minductor.lowering import _origins, lowerings, register_lowering
+from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
+from minductor.pointwise import _origins
 from minductor.views import _index_value, _within
 
 aten = torch.ops.aten

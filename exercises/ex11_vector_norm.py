@@ -29,7 +29,7 @@
 # reduction types (`sum`, `max`, `min`), `_accumulator` (half precision accumulates
 # in float32), and the way `var` realizes its reduction before a pointwise op reads
 # it (`graph.realize_intermediate`, in a lowering registered with `graph=True`);
-# chapter 6's `pointwise` with explicit `dtypes`.
+# chapter 7's `pointwise` with explicit `dtypes`.
 #
 # **Why it matters.** `torch.linalg.vector_norm` of any other order falls back today,
 # and with it everything built on it: `F.normalize(x, p=1)` (rows that sum to one, as
@@ -56,8 +56,9 @@ import torch.nn.functional as F
 
 from minductor.capture import record_compiled
 from minductor.factories import _convert
-from minductor.lowering import lowerings, pointwise, register_lowering
+from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
+from minductor.pointwise import pointwise
 from minductor.reductions import _accumulator, make_reduction
 
 aten = torch.ops.aten

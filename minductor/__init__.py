@@ -14,7 +14,8 @@ from minductor.config import config  # noqa: E402
 
 # every lowering module registers its ops into minductor.lowering.lowerings on import
 from minductor import (  # noqa: E402, F401
-    lowering,  # ch. 6: the registry, GraphLowering, pointwise ops, constants
+    lowering,  # ch. 6: the registry, GraphLowering, constants, the fallback
+    pointwise,  # ch. 7: broadcasting, type promotion, the elementwise ops
     factories,  # ch. 8: full/zeros/*_like, copies, conversions, arange, rand
     views,  # ch. 9: views, reshape, flip/roll/repeat, pad, slice scatters, cat
     reductions,  # ch. 10: sum ... var_mean, split reductions, nll_loss, scans

@@ -28,13 +28,13 @@ from minductor.ir import (
 )
 from minductor.lowering import (
     Unsupported,
-    add,
     aten,
     layout_decisions,
     layout_rules,
     register_lowering,
 )
 from minductor.ops import EvalHandler, ops, set_handler
+from minductor.pointwise import add
 from minductor.reductions import LoadIndices
 from minductor.sizevars import (
     FloorDiv,

@@ -16,14 +16,16 @@ from minductor.lowering import (
     GraphLowering,
     Unsupported,
     _constant_box,
+    aten,
+    reduction_passes,
+    register_lowering,
+)
+from minductor.pointwise import (
     _is_float,
     _origins,
     _scalar,
-    aten,
     converting_loader,
     pointwise,
-    reduction_passes,
-    register_lowering,
 )
 from minductor.ops import NullHandler, ops, set_handler
 from minductor.sizevars import (

@@ -31,14 +31,16 @@ from minductor.lowering import (
     Unsupported,
     _constant_box,
     _dense,
-    _device,
-    _origins,
-    _scalar,
     aten,
-    converting_loader,
     register_lowering,
 )
 from minductor.ops import ops
+from minductor.pointwise import (
+    _device,
+    _origins,
+    _scalar,
+    converting_loader,
+)
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,

@@ -25,8 +25,8 @@
 # returning a line of Triton, and `InterpreterOverrides`, which replaces the libdevice
 # calls with `helpers.*` functions from `triton_helpers.py` (the generated module
 # imports it as `helpers`); chapter 3 (*The `ops` protocol*) for `MATH_OPS`, the
-# closed table of math ops with their eager meaning; and chapter 6 (*Lowering*) for
-# `make_pointwise` and the promotion kinds.
+# closed table of math ops with their eager meaning; and chapter 7 (*Pointwise
+# lowerings*) for `make_pointwise` and the promotion kinds.
 #
 # **Why it matters.** An op with no lowering falls back, and a fallback is a wall:
 # `torch.atan(x) * 2` on `n` float32 elements is an ATen call that writes `4n`
@@ -54,8 +54,9 @@ import triton.language as tl
 from minductor import triton_helpers as helpers
 from minductor.capture import record_compiled
 from minductor.codegen_triton import InterpreterOverrides, TritonOverrides
-from minductor.lowering import lowerings, make_pointwise, register_lowering
+from minductor.lowering import lowerings, register_lowering
 from minductor.ops import MATH_OPS
+from minductor.pointwise import make_pointwise
 
 aten = torch.ops.aten
 
@@ -138,7 +139,7 @@ atan_jit = triton.jit(atan)
 #    `staticmethod`s, as the chapter's own one-liners are.
 # 3. **The helper**: the generated module reaches your function as `helpers.atan`,
 #    so set `atan_jit` as the attribute `atan` of the `helpers` module.
-# 4. **The lowering** (chapter 6): `make_pointwise(name, kind)` for `aten.atan`; its
+# 4. **The lowering** (chapter 7): `make_pointwise(name, kind)` for `aten.atan`; its
 #    promotion kind is that of `sin` (an integer tensor gives float32).
 #
 # `uninstall_atan`, given, undoes all four, so that the notebook leaves minductor as
