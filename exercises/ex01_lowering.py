@@ -22,10 +22,10 @@
 # `aten.xlogy`, by writing a lowering for each and registering it, so that they stop
 # falling back to ATen and fuse into the Triton kernel around them.
 #
-# **It builds on** chapter 6 (*Lowering*): `register_lowering`, the `lowerings`
-# registry, `pointwise` and its promotion kinds; and chapter 3 (*The `ops`
-# protocol*): the closed table `MATH_OPS`. Both ops can be composed from operations
-# that are already in that table, so no new Triton method is needed (chapter 14).
+# **It builds on** chapter 6 (*Lowering*): `register_lowering` and the `lowerings`
+# registry; chapter 7 (*Pointwise lowerings*): `pointwise` and its promotion kinds;
+# and chapter 3 (*The `ops` protocol*): the closed table `MATH_OPS`. Both ops can be composed from operations
+# that are already in that table, so no new Triton method is needed (chapter 15).
 #
 # **Why it matters.** An op without a lowering still gives the right answer (the
 # fallback calls ATen), but it costs: every tensor argument is realized into memory
@@ -37,7 +37,7 @@
 #
 # A lowering is also where correctness lives. `GraphLowering` checks every lowering's
 # dtype and shape against eager PyTorch, but not its *values* (chapter 6, challenge
-# 3): if your formula overflows where eager's does not, nothing but a test on awkward
+# 2): if your formula overflows where eager's does not, nothing but a test on awkward
 # inputs will notice. So the checks below use odd shapes, broadcasting, 0-d tensors,
 # float16, integers, and the values that break the obvious formulas: 0, inf, NaN,
 # 1e38, 1e-30.
@@ -58,8 +58,9 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
-from minductor.lowering import lowerings, pointwise, promote, register_lowering
+from minductor.lowering import lowerings, register_lowering
 from minductor.ops import MATH_OPS, ops
+from minductor.pointwise import pointwise, promote
 
 aten = torch.ops.aten
 inf, nan = math.inf, math.nan
@@ -126,7 +127,7 @@ def registered(op, lowering):
 #   accepts (PyTorch's own reference, `torch._refs.hypot`, says `DEFAULT`). Both give
 #   float16 in, float16 out, with the math in float32 in between. Which kind does
 #   not, and what happens if you use it?
-# * **The formula.** `sqrt(a*a + b*b)` is what the chapter's challenge suggests, and
+# * **The formula.** `sqrt(a*a + b*b)` is what chapter 7's challenge suggests, and
 #   is wrong at both ends of float32: `a*a` overflows to `inf` once
 #   `|a| > 1.8e19`, and underflows to `0` once `|a| < 1e-22`, where the true
 #   hypotenuse is perfectly representable. Scale first: with
@@ -136,7 +137,7 @@ def registered(op, lowering):
 #   `0 / 0`), and `hypot(inf, x) = inf` *even when `x` is NaN*.
 #
 # For constants, `ops.constant(value, dtype)` needs the computation dtype: get it with
-# `compute, result = promote([a, b], kind)`, as `gelu` does in chapter 6. Make every
+# `compute, result = promote([a, b], kind)`, as `gelu` does in chapter 7. Make every
 # `ops.*` call inside `fn`, never in the lowering itself: `ops` has a handler only
 # while a body runs (to print it, record its reads, or generate its kernel).
 
@@ -152,7 +153,7 @@ def lower_hypot(a, b):
 # %% [markdown]
 # The checks compile with minductor and compare with eager. Besides values they pin
 # structure: no fallback is left, and `hypot` appears in the kernel's name (kernels
-# are named after the ATen ops they compute, chapter 14), fused with the `mul` into a
+# are named after the ATen ops they compute, chapter 15), fused with the `mul` into a
 # single kernel.
 
 
@@ -304,4 +305,4 @@ test_xlogy_float16()
 #    `[eps, 1 - eps]` first). Which promotion kind?
 # 3. Lower `aten.atan2`. It cannot be composed from `MATH_OPS`, which has no
 #    arctangent: add a row to the table and follow the failing tests to the places
-#    that need it (chapter 3, challenge 1; chapter 14, challenge 3).
+#    that need it (chapter 3, challenge 1; chapter 15, challenge 3).

@@ -23,7 +23,7 @@
 # `register_fusion_rule`, and watch it split a kernel in two, with its reason in the
 # fusion log.
 #
-# **It builds on** chapter 13 (*The scheduler*): `SchedulerNode`,
+# **It builds on** chapter 14 (*The scheduler*): `SchedulerNode`,
 # `FusedSchedulerNode`, their `reads`/`writes`, `Scheduler.can_fuse`,
 # `register_fusion_rule`, `fusion_rules` and the fusion log; and chapter 1 for
 # `record_compiled` and `CompiledGraph.fusion_log`.
@@ -127,9 +127,9 @@ print("\n".join(graph.fusion_log))
 # *kernel* touches, not what each node touches:
 #
 # * a buffer both nodes read is one input: the kernel loads it once (CSE removes the
-#   second load, chapter 14);
+#   second load, chapter 15);
 # * a buffer `a` writes and `b` reads is one output: `b` takes the value from a
-#   register (the store cache, chapter 14), it does not load it back.
+#   register (the store cache, chapter 15), it does not load it back.
 #
 # That second buffer is still counted, as a write, although its store may disappear
 # too: if no node outside the pair reads it and it is not a graph output, it never
@@ -170,7 +170,7 @@ def limit_io_buffers(limit):
 # ## Checks on scheduler nodes
 #
 # The first checks call your functions on scheduler nodes directly, built the way
-# chapter 13 builds them: lower a graph with `GraphLowering`, then make one
+# chapter 14 builds them: lower a graph with `GraphLowering`, then make one
 # `SchedulerNode` per buffer, *before* any fusion. In `g`, `t` has two users, and
 # with `realize_opcount_threshold = 0` lowering realizes it, so there are three
 # buffers: `buf0 = t` (reads `x`, `y`), `buf1 = t + x` (reads `buf0`, `x`) and
@@ -311,5 +311,5 @@ test_vertical_fusion_counts_handed_over_buffers_once()
 # 2. Add the other limit Inductor has, `max_fusion_size`: at most `N` scheduler nodes
 #    in one kernel (`len(a.snodes) + len(b.snodes)`). Find a graph where it and the
 #    buffer limit disagree.
-# 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 13
+# 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 14
 #    would it go instead, and what would it return?

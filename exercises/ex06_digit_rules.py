@@ -25,7 +25,7 @@
 #
 # **It builds on** chapter 4 (*Sizes, strides and indices as symbols*):
 # `FloorDiv`, `ModularIndexing`, the rewrites their `eval` applies for every value of
-# the variables, `simplify_with_ranges`, `texpr`; and chapter 8, whose `repeat` and
+# the variables, `simplify_with_ranges`, `texpr`; and chapter 9, whose `repeat` and
 # `roll` read their input through `ModularIndexing`.
 #
 # **Why it matters.** A view of a view composes the two re-indexings, and when both
@@ -233,4 +233,4 @@ test_the_kernels_index()
 # 2. Teach the rule `((x + c) % m1) % m2` with `m2` dividing `m1`: the offset `c` can
 #    be reduced modulo `m2` first. Which view produces such indices?
 # 3. Count the `%` and `//` in every kernel of a small model before and after your
-#    rule (chapter 14 prints the kernels). Is a remainder of a remainder common?
+#    rule (chapter 15 prints the kernels). Is a remainder of a remainder common?

@@ -132,7 +132,7 @@ class Rot90View(GenericView):
 # view. One case is different: with `k` a multiple of 4, eager returns a *copy* of
 # `x`, and so must you (a compiled function must never hand back its input where
 # eager hands back a new tensor: writing into one would change the other). Use
-# chapter 7's `clone` lowering.
+# chapter 8's `clone` lowering.
 
 
 # %%

@@ -14,15 +14,16 @@ from minductor.config import config  # noqa: E402
 
 # every lowering module registers its ops into minductor.lowering.lowerings on import
 from minductor import (  # noqa: E402, F401
-    lowering,  # ch. 6: the registry, GraphLowering, pointwise ops, constants
-    factories,  # ch. 7: full/zeros/*_like, copies, conversions, arange, rand
-    views,  # ch. 8: views, reshape, flip/roll/repeat, pad, slice scatters, cat
-    reductions,  # ch. 9: sum ... var_mean, split reductions, nll_loss, scans
-    indexing,  # ch. 10: gather, index, embedding, scatter, index_put, copy_
-    extern,  # ch. 11: mm/bmm/addmm/baddbmm, convolution, attention
-    convnets,  # ch. 12: batch norm in training, its backward, pooling
-    cudagraphs,  # ch. 17: not a lowering; joins capture's graph_wrappers
-    debug,  # ch. 18: debug folders, torch's logs and traces, explain
+    lowering,  # ch. 6: the registry, GraphLowering, constants, the fallback
+    pointwise,  # ch. 7: broadcasting, type promotion, the elementwise ops
+    factories,  # ch. 8: full/zeros/*_like, copies, conversions, arange, rand
+    views,  # ch. 9: views, reshape, flip/roll/repeat, pad, slice scatters, cat
+    reductions,  # ch. 10: sum ... var_mean, split reductions, nll_loss, scans
+    indexing,  # ch. 11: gather, index, embedding, scatter, index_put, copy_
+    extern,  # ch. 12: mm/bmm/addmm/baddbmm, convolution, attention
+    convnets,  # ch. 13: batch norm in training, its backward, pooling
+    cudagraphs,  # ch. 18: not a lowering; joins capture's graph_wrappers
+    debug,  # ch. 19: debug folders, torch's logs and traces, explain
 )
 
 
@@ -35,7 +36,7 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
-from minductor.debug import explain  # noqa: E402  (ch. 18)
+from minductor.debug import explain  # noqa: E402  (ch. 19)
 
 _register()
 if config.debug:

@@ -1,4 +1,4 @@
-# generated from chapters/14_triton.md — edit there
+# generated from chapters/15_triton.md — edit there
 
 from __future__ import annotations
 
@@ -556,7 +556,7 @@ class KernelOpsHandler:
 
     def scan(self, src_dtype, scan_type, value):
         k = self.kernel
-        assert k.kind == "per", "a scan's kernel holds whole rows (chapter 13)"
+        assert k.kind == "per", "a scan's kernel holds whole rows (chapter 14)"
         identity, template = SCANS[scan_type]
         spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
@@ -652,7 +652,7 @@ def generate_kernel(
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
-    # device asserts are compiled in only in Triton's debug mode (chapter 16)
+    # device asserts are compiled in only in Triton's debug mode (chapter 17)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]

@@ -1,4 +1,4 @@
-# generated from chapters/12_convnets.md — edit there
+# generated from chapters/13_convnets.md — edit there
 
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ from minductor.ir import (
 )
 from minductor.lowering import (
     Unsupported,
-    add,
     aten,
     layout_decisions,
     layout_rules,
     register_lowering,
 )
 from minductor.ops import EvalHandler, ops, set_handler
+from minductor.pointwise import add
 from minductor.reductions import LoadIndices
 from minductor.sizevars import (
     FloorDiv,

@@ -286,7 +286,7 @@ def _generator(generator) -> dict:
 
 
 def _uniform(x, generator=None):
-    """float32 numbers in [0, 1), one per element of x (chapter 7 lowers rand)."""
+    """float32 numbers in [0, 1), one per element of x (chapter 8 lowers rand)."""
     return torch.rand(
         x.shape, dtype=torch.float32, device=x.device, **_generator(generator)
     )

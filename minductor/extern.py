@@ -1,4 +1,4 @@
-# generated from chapters/11_extern.md — edit there
+# generated from chapters/12_extern.md — edit there
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from minductor.ir import (
 from minductor.lowering import (
     GraphLowering,
     Unsupported,
-    add,
     aten,
     lowerings,
     readers,
@@ -28,6 +27,7 @@ from minductor.lowering import (
     store_passes,
 )
 from minductor.ops import ops
+from minductor.pointwise import add
 from minductor.views import is_pointwise_use
 
 EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=

@@ -1,4 +1,4 @@
-# generated from chapters/07_factories.md — edit there
+# generated from chapters/08_factories.md — edit there
 
 from __future__ import annotations
 
@@ -20,15 +20,17 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
     _constant_box,
-    _origins,
-    _scalar,
     aten,
-    converting_loader,
-    pointwise,
     prims,
     register_lowering,
 )
 from minductor.ops import ops
+from minductor.pointwise import (
+    _origins,
+    _scalar,
+    converting_loader,
+    pointwise,
+)
 from minductor.sizevars import FloorDiv, contiguous_strides, flat_index
 
 

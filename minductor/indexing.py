@@ -1,4 +1,4 @@
-# generated from chapters/10_indexing.md — edit there
+# generated from chapters/11_indexing.md — edit there
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ from minductor.ir import (
 from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
+    aten,
+    register_lowering,
+)
+from minductor.pointwise import (
     _device,
     _origins,
-    aten,
     broadcast_loader,
     broadcast_shapes,
     converting_loader,
-    register_lowering,
 )
 from minductor.factories import clone
 from minductor.ops import ops

@@ -159,7 +159,7 @@ class Reduction(Loops):
     src_dtype: torch.dtype
     origins: frozenset[str] = frozenset()
     output_index: int = 0  # which result of a several-result reduction (Welford)
-    reduction_hint: str = "inner"  # or "outer": it reduces rows (chapter 9)
+    reduction_hint: str = "inner"  # or "outer": it reduces rows (chapter 10)
 
     def make_loader(self) -> InnerFn:
         raise AssertionError("a Reduction is realized before anything reads it")

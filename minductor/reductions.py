@@ -1,4 +1,4 @@
-# generated from chapters/09_reductions.md — edit there
+# generated from chapters/10_reductions.md — edit there
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ from minductor.lowering import (
     GraphLowering,
     Unsupported,
     _constant_box,
+    aten,
+    reduction_passes,
+    register_lowering,
+)
+from minductor.pointwise import (
     _is_float,
     _origins,
     _scalar,
-    aten,
     converting_loader,
     pointwise,
-    reduction_passes,
-    register_lowering,
 )
 from minductor.ops import NullHandler, ops, set_handler
 from minductor.sizevars import (
@@ -159,7 +161,7 @@ SPLITTABLE = ("sum", "prod", "max", "min")
 
 
 class LoadIndices(NullHandler):
-    """Records the index of every load a body makes (chapter 12 asks it too)."""
+    """Records the index of every load a body makes (chapter 13 asks it too)."""
 
     def __init__(self):
         self.indices: list[sympy.Expr] = []

@@ -1,4 +1,4 @@
-# generated from chapters/13_scheduler.md — edit there
+# generated from chapters/14_scheduler.md — edit there
 
 from __future__ import annotations
 

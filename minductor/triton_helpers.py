@@ -1,4 +1,4 @@
-# generated from chapters/14_triton.md — edit there
+# generated from chapters/15_triton.md — edit there
 
 import triton
 import triton.language as tl

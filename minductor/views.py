@@ -1,4 +1,4 @@
-# generated from chapters/08_views.md — edit there
+# generated from chapters/09_views.md — edit there
 
 from __future__ import annotations
 
@@ -31,14 +31,16 @@ from minductor.lowering import (
     Unsupported,
     _constant_box,
     _dense,
-    _device,
-    _origins,
-    _scalar,
     aten,
-    converting_loader,
     register_lowering,
 )
 from minductor.ops import ops
+from minductor.pointwise import (
+    _device,
+    _origins,
+    _scalar,
+    converting_loader,
+)
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -627,7 +629,7 @@ POINTWISE_CAT_PIECES = 4  # the most pieces a cat read in place by its users may
 
 
 def is_pointwise_use(node: torch.fx.Node) -> bool:
-    """Whether node is an elementwise ATen op (chapter 11's addmm asks it too)."""
+    """Whether node is an elementwise ATen op (chapter 12's addmm asks it too)."""
     target = node.target
     return isinstance(target, OpOverload) and torch.Tag.pointwise in target.tags
 

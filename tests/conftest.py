@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def cumsum_falls_back(monkeypatch):
-    """cumsum without its lowering (chapter 9): the tests' stand-in for an op that ATen
+    """cumsum without its lowering (chapter 10): the tests' stand-in for an op that ATen
     runs, chosen when cumsum had no lowering; their expected kernels and lines are
     unchanged by the stand-in."""
     from minductor.lowering import lowerings

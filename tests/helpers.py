@@ -1,13 +1,28 @@
-"""What the end-to-end test files share: the devices to run on, and a compile-and-compare
-helper that returns the kernels and fallbacks a function became."""
+"""What the test files share: the devices to run on, a compile-and-compare helper that
+returns the kernels and fallbacks a function became, and (for chapters 6 and 7) a
+lowering of a traced function whose IR is evaluated element by element, without Triton.
+"""
 
+import itertools
 import os
 
 import pytest
+import sympy
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import record_compiled
+from minductor.ir import (
+    ComputedBuffer,
+    FallbackKernel,
+    InputBuffer,
+    MultiOutput,
+    MultiOutputLayout,
+    ReinterpretBuffer,
+)
+from minductor.lowering import GraphLowering
+from minductor.ops import EvalHandler, set_handler
 
 # On a machine with a GPU, Triton targets the GPU and CPU graphs run eagerly (logged);
 # kernels for CPU tensors exist only in interpreter mode.
@@ -65,3 +80,61 @@ def train_steps(model, x, steps, compile_it):
             loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()} | {"input": xs.grad}
     return out, grads, dict(model.named_buffers()), graphs
+
+
+def lower(fn, *args):
+    gm = make_fx(fn)(*args)
+    return GraphLowering(gm, list(args)).lower()
+
+
+def evaluate(graph, inputs):
+    """Run a lowered graph: bodies with the EvalHandler, fallbacks with ATen."""
+    env = dict(zip(graph.graph_input_names, inputs))
+    tuples = {}  # results of multi-output fallbacks
+
+    def sub(a):
+        if isinstance(a, (InputBuffer, ComputedBuffer, FallbackKernel, MultiOutput)):
+            return env[a.name]
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        return a
+
+    for buf in graph.buffers:
+        if isinstance(buf, ComputedBuffer):
+            lay = buf.layout
+            size = [int(s) for s in lay.size]
+            env[buf.name] = out = torch.empty_strided(
+                size, [int(s) for s in lay.stride], dtype=lay.dtype
+            )
+            with set_handler(EvalHandler(env)):
+                for idx in itertools.product(*map(range, size)):
+                    buf.store_output([sympy.Integer(i) for i in idx])
+            assert out is env[buf.name]
+        elif isinstance(buf, MultiOutput):
+            env[buf.name] = tuples[buf.parent.name][buf.index]
+        elif isinstance(buf, ReinterpretBuffer):
+            base, lay = env[buf.base.name], buf.layout
+            offset = base.storage_offset() + int(lay.offset)
+            size, stride = [int(s) for s in lay.size], [int(s) for s in lay.stride]
+            env[buf.name] = base.as_strided(size, stride, offset)
+        elif isinstance(buf.layout, MultiOutputLayout):
+            tuples[buf.name] = buf.op(*sub(buf.args), **sub(buf.kwargs))
+        else:
+            env[buf.name] = buf.op(*sub(buf.args), **sub(buf.kwargs))
+    return [None if b is None else env[b.name] for b in graph.graph_outputs]
+
+
+def assert_same(got, expected, tol=0.0):
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if expected.dtype == torch.bool or not expected.is_floating_point():
+        assert torch.equal(got, expected), (got, expected)
+    else:
+        torch.testing.assert_close(got, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+def check(fn, *args, tol=1e-6):
+    """Lower fn (which returns a tuple), evaluate its IR, compare with eager."""
+    graph = lower(fn, *args)
+    for got, expected in zip(evaluate(graph, args), fn(*args), strict=True):
+        assert_same(got, expected, tol)
+    return graph

@@ -8,7 +8,7 @@ import torch
 from helpers import DEVICES, INTERPRET, run
 from minductor.capture import record_compiled
 
-pytestmark = pytest.mark.ch08
+pytestmark = pytest.mark.ch09
 
 
 def compiled(fn, *args):

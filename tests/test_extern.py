@@ -9,7 +9,7 @@ from helpers import DEVICES, randn, run
 
 from minductor.capture import record_compiled
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
+pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
 
 MATMULS = {
     "mm_odd": (lambda a, b: a @ b, [(5, 7), (7, 3)]),

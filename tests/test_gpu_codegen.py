@@ -109,7 +109,7 @@ CASES = [
     ("windows, channels-last", _windows,
      lambda: (torch.randn(2, 4, 9, 11).to(memory_format=torch.channels_last),)),
     # batch-norm statistics over few channels and long rows: Welford over pieces of
-    # each row, then the pieces combined (chapter 9)
+    # each row, then the pieces combined (chapter 10)
     ("split statistics", lambda x: F.batch_norm(x, None, None, training=True),
      lambda: (torch.randn(4, 16, 64, 64).to(memory_format=torch.channels_last),)),
 ]  # fmt: skip

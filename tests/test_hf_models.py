@@ -241,7 +241,7 @@ def distilbert():
 def beit():
     """ViT with a learned relative position bias per layer, which BEiT resizes to the
     patch grid with a bilinear interpolate: the interpolate's decomposition clones the
-    table to channels-last, a copy in another storage order (chapter 7)."""
+    table to channels-last, a copy in another storage order (chapter 8)."""
     cfg = transformers.BeitConfig(
         num_hidden_layers=LAYERS,
         initializer_range=INIT,
@@ -293,7 +293,7 @@ class Family:
 # where position_ids do not go up by one, and (position_diff != 1).cumsum(-1) numbers
 # them (masking_utils.find_packed_sequence_indices; under torch.compile it cannot
 # check that there is one sequence, so the result always goes into the mask). That
-# cumsum is a scan kernel of ours (chapter 9): no fallback.
+# cumsum is a scan kernel of ours (chapter 10): no fallback.
 # T5's decoder inputs are built in the graph by _shift_right, whose
 # `shifted[..., 0] = decoder_start_token_id` is a setitem with a Python number: ATen
 # wraps the number in a 0-dim tensor, aten.fill.Tensor, decomposed (chapter 2) into a

@@ -1,8 +1,8 @@
 """In-place updates of inputs: eager's results and eager's aliasing.
 
 AOTAutograd keeps each input mutation in the graph as a final copy_ (chapter 1); it
-lowers to a kernel that writes into the input's own memory (chapter 10), after every
-read of the old value (chapter 13)."""
+lowers to a kernel that writes into the input's own memory (chapter 11), after every
+read of the old value (chapter 14)."""
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ import torch
 from helpers import DEVICES, randn
 from minductor.capture import record_compiled
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ch10]
+pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
 
 
 def compare(fn, *args):

@@ -124,7 +124,7 @@ def test_print_handler_shows_the_random_ops():
     ]
 
 
-@pytest.mark.ch14
+@pytest.mark.ch15
 def test_triton_translation_of_the_random_ops():
     assert TritonOverrides.rand("tmp0", "tmp1") == "tl.rand(tmp0, tmp1)"
     assert TritonOverrides.randn("tmp0", "tmp1") == "tl.randn(tmp0, tmp1)"
@@ -158,7 +158,7 @@ def _launch(kernel, buffers, xblock):
     launch(module.kernel, kernel.numel, *[buffers[n] for n in kernel.call_args], **meta)
 
 
-@pytest.mark.ch14
+@pytest.mark.ch15
 @pytest.mark.parametrize("mode", ["rand", "randn"])
 def test_kernel_draws_what_the_eval_handler_computes(mode):
     n, seed = 3000, 0xFEDCBA987654321
@@ -183,7 +183,7 @@ def test_kernel_draws_what_the_eval_handler_computes(mode):
 # --- lowering: seeds, realizing, fallbacks --------------------------------------------
 
 
-@pytest.mark.ch07
+@pytest.mark.ch08
 def test_each_random_op_gets_its_own_seed_and_is_realized():
     def f(x):
         r = torch.rand(4, 5)
@@ -205,7 +205,7 @@ def test_each_random_op_gets_its_own_seed_and_is_realized():
     assert graph.fallbacks == []  # the seeds are not fallbacks
 
 
-@pytest.mark.ch07
+@pytest.mark.ch08
 def test_rand_with_a_generator_falls_back():
     generator = torch.Generator().manual_seed(3)
     gm = make_fx(lambda x: x + torch.rand(4, generator=generator))(torch.zeros(4))

@@ -1,5 +1,5 @@
 """argmax/argmin, max/min with indices, Welford moments, nll_loss: eager's values, and
-the kernels they become (chapters 5, 9, 13 and 14)."""
+the kernels they become (chapters 5, 10, 14 and 15)."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """Scans (cumsum, cumprod, logcumsumexp): eager's values and dtypes on awkward shapes,
-the kernels they become, what falls back, and training through cumsum (chapters 5, 9,
-13 and 14)."""
+the kernels they become, what falls back, and training through cumsum (chapters 5, 10,
+14 and 15)."""
 
 import logging
 

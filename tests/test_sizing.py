@@ -1,4 +1,4 @@
-"""Block sizes chosen from the work (chapter 14) and max-autotune (chapter 16)."""
+"""Block sizes chosen from the work (chapter 15) and max-autotune (chapter 17)."""
 
 import json
 import logging
@@ -25,7 +25,7 @@ from minductor.runtime import (
 )
 from minductor.scheduler import Scheduler
 
-pytestmark = [pytest.mark.ch14, pytest.mark.ch16]
+pytestmark = [pytest.mark.ch15, pytest.mark.ch17]
 
 
 # --- the rule: enough programs for the SMs, big blocks for big tensors ---------------

@@ -16,7 +16,7 @@ from minductor.capture import record_compiled
 from minductor.views import reshape_reindex, view_strides
 from minductor.sizevars import flat_index, contiguous_strides
 
-pytestmark = pytest.mark.ch08
+pytestmark = pytest.mark.ch09
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -24,7 +24,7 @@
 # **It builds on** chapter 3 (*The `ops` protocol*): a body is a Python function that
 # calls `ops.*`, and what it means depends on the handler installed with
 # `set_handler`. Chapter 3 has three handlers (evaluate, print, count); this is a
-# fourth. It also uses chapter 13's `SchedulerNode.run_body`, which runs a buffer's
+# fourth. It also uses chapter 14's `SchedulerNode.run_body`, which runs a buffer's
 # body, loads and store included, under the current handler.
 #
 # **Why it matters.** Most of the kernels minductor generates move data and do little
@@ -82,7 +82,7 @@ print(buf.data.inner_fn_str())
 # the output it adds up:
 #
 # * `bytes_read`: the bytes of each `load`, but each (buffer, index) pair once: a
-#   kernel that reads `x` twice at the same position loads it once (chapter 14's CSE);
+#   kernel that reads `x` twice at the same position loads it once (chapter 15's CSE);
 # * `bytes_written`: the bytes of each `store`;
 # * `flops`: one for each arithmetic op (`add`, `mul`, `maximum`, ...),
 #   `SPECIAL_COST` for each op in `SPECIAL`, and nothing for the ops in `FREE`.
@@ -250,5 +250,5 @@ test_a_long_chain_of_sines_is_compute_bound()
 #    one handler, and stop counting a store whose buffer only the fused kernel reads
 #    (the scheduler's `removed_buffers`). How many bytes does fusing softmax save?
 # 3. Print, for each kernel of a compiled model, its estimate next to its measured time
-#    from `torch.profiler` (chapter 16's benchmark shows how to time one), and sort
+#    from `torch.profiler` (chapter 17's benchmark shows how to time one), and sort
 #    by the ratio: the top of that list is where a compiler engineer looks first.

@@ -1,0 +1,139 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# generated from exercises/solutions/ex19_debug.py by tools/make_stubs.py;
+# replace each NotImplementedError with your code.
+
+# %% [markdown]
+# # Exercise 19: "why did these two ops not fuse?"
+#
+# **Difficulty:** easy.
+#
+# **You will:** write a query over chapter 19's `explain` report that answers the
+# question users ask about fusion in their own terms. They do not know buffer names;
+# they know the ops they wrote. Given two ATen ops of a graph, say whether they share
+# a kernel, and if not, why not: the reason the scheduler gave when it refused to fuse
+# their kernels, or that it never tried.
+#
+# **It builds on** chapter 19 (*Debugging*): `explain` returns an `Explanation` whose
+# `graphs` are `GraphReport`s; each has `kernels` (a `KernelReport` per kernel, with
+# the `buffers` it computes and the `origins`, the ATen ops they came from) and
+# `refusals`, the fusion log's lines `cannot fuse <a> with <b>: <reason>`. A node name
+# in such a line is a buffer (`buf3`) or, for a node fused earlier, its members' names
+# joined by underscores (`buf3_buf4`). And on chapter 14: the scheduler only considers
+# a pair of nodes that share a buffer (one writes what the other reads, or both read
+# it); two kernels with nothing in common are never compared, so there is no refusal
+# to find.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+import contextlib
+import io
+
+import torch
+
+import minductor  # noqa: F401  (before Triton is imported)
+from minductor.debug import GraphReport, KernelReport, explain
+
+
+def report_of(fn, *args) -> GraphReport:
+    """Compile fn with minductor and return the report of its one graph."""
+    torch._dynamo.reset()
+    with contextlib.redirect_stdout(io.StringIO()):  # explain prints; keep it quiet
+        result = explain(fn, *args)
+    assert len(result.graphs) == 1, "these examples have one graph each"
+    return result.graphs[0]
+
+
+# %% [markdown]
+# ## Your code
+#
+# `kernel_with(report, op)` returns the one kernel whose `origins` include `op`, and
+# raises a `ValueError` if none or several do (then the question is ambiguous).
+#
+# `why_not_fused(report, a, b)` returns `None` if ops `a` and `b` are in the same
+# kernel. Otherwise it looks through `report.refusals` for a line that refuses a node
+# holding a buffer of `a`'s kernel together with a node holding a buffer of `b`'s
+# kernel (either order), and returns that line's reason, the text after
+# `": "`. If no line does, the scheduler never compared them: return
+# `"never considered: they share no buffer"`.
+
+# %%
+def kernel_with(report: GraphReport, op: str) -> KernelReport:
+    raise NotImplementedError("your code here")
+
+
+def why_not_fused(report: GraphReport, a: str, b: str) -> str | None:
+    raise NotImplementedError("your code here")
+
+
+# %% [markdown]
+# ## Checks
+
+# %%
+def test_ops_in_one_kernel_fused():
+    report = report_of(lambda x: (x.exp() * 2).sum(1), torch.randn(6, 10))
+    assert kernel_with(report, "exp") is kernel_with(report, "sum")
+    assert why_not_fused(report, "exp", "mul") is None
+
+
+def test_two_reductions_over_different_dimensions():
+    def f(x):
+        return (x.exp() * 2).sum(0), x.cos().amax(1)
+
+    report = report_of(f, torch.randn(6, 10))
+    assert kernel_with(report, "exp") is not kernel_with(report, "cos")
+    why = why_not_fused(report, "mul", "amax")
+    assert why == "different numel: 10x6 vs 6x10", why
+    assert why_not_fused(report, "amax", "exp") == why
+
+
+def test_kernels_that_share_nothing_were_never_compared():
+    def f(x, y):
+        return x.sin(), y.cos().sum()
+
+    report = report_of(f, torch.randn(8), torch.randn(5))
+    why = why_not_fused(report, "sin", "cos")
+    assert why == "never considered: they share no buffer", why
+
+
+def test_an_ambiguous_op_is_an_error():
+    report = report_of(lambda x: x.sum(0).sum() + x.sum(1).sum(), torch.randn(6, 10))
+    try:
+        kernel_with(report, "sum")
+    except ValueError as e:
+        assert "sum is in 4 kernels" in str(e), e
+    else:
+        raise AssertionError("four kernels hold a sum: which one was meant?")
+
+
+# %% [markdown]
+# ## Run the checks
+
+# %% tags=["raises-exception"]
+test_ops_in_one_kernel_fused()
+test_two_reductions_over_different_dimensions()
+test_kernels_that_share_nothing_were_never_compared()
+test_an_ambiguous_op_is_an_error()
+
+# %% [markdown]
+# ## Going further
+#
+# 1. Some refusals are between a kernel and an extern call (`buf0 is an extern
+#    kernel`): extern calls are not in `report.kernels`. Extend the query to ops that
+#    fell back or became extern kernels, from `report.fallbacks` and
+#    `report.extern_kernels`.
+# 2. A refusal in an early round of fusion may name a node that later fused with a
+#    third: the reason is still about the pair as it stood then. Which reason would a
+#    user rather see, the first refusal or the last?

@@ -1,0 +1,438 @@
+"""Chapter 14: dependencies, can_fuse and its reasons, the fusion loop, DCE.
+
+Most graphs come from make_fx + GraphLowering; the refusals that lowering cannot
+produce on its own (an index mismatch, two devices) use buffers built by hand.
+"""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import sympy
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor.config import config
+from minductor.ir import ComputedBuffer, FixedLayout, InputBuffer, Pointwise, TensorBox
+from minductor.lowering import GraphLowering
+from minductor.ops import ops
+from minductor.scheduler import (
+    ExternKernelSchedulerNode,
+    FusedSchedulerNode,
+    MemoryDep,
+    Scheduler,
+    SchedulerNode,
+    StarDep,
+    fusion_rules,
+    register_fusion_rule,
+)
+from minductor.sizevars import SizeVarAllocator, index_vars
+
+pytestmark = pytest.mark.ch14
+
+cpu = torch.device("cpu")
+x1, x0 = index_vars(2, "x")[::-1]  # x0 is the innermost merged variable
+
+
+@pytest.fixture
+def restore_config():
+    saved = dataclasses.asdict(config)
+    try:
+        yield config
+    finally:
+        for key, value in saved.items():
+            setattr(config, key, value)
+
+
+def schedule(fn, *args):
+    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+    return Scheduler(graph)
+
+
+def by_name(scheduler, name):
+    return next(n for n in scheduler.nodes if n.get_name() == name)
+
+
+# --- dependencies ---------------------------------------------------------------------
+
+
+def test_contiguous_node_reads_and_writes_in_one_merged_variable():
+    a, b, c = (torch.randn(33, 65) for _ in range(3))
+    s = schedule(lambda a, b, c: (a * b + c,), a, b, c)
+    (node,) = s.nodes
+    assert isinstance(node, SchedulerNode)
+    assert node.loop.sizes == (2145,)
+    assert node.reads == {
+        MemoryDep("a_1", x0),
+        MemoryDep("b_1", x0),
+        MemoryDep("c_1", x0),
+    }
+    assert node.writes == {MemoryDep("buf0", x0)}
+    assert node.group == (cpu, 2145, 1)  # (device, numel, rnumel)
+
+
+def test_broadcast_node_keeps_two_variables():
+    x, bias = torch.randn(33, 65), torch.randn(1, 65)
+    s = schedule(lambda x, bias: (x * bias + 1,), x, bias)
+    (node,) = s.nodes
+    assert node.loop.sizes == (33, 65)
+    assert node.reads == {MemoryDep("x_1", x0 + 65 * x1), MemoryDep("bias_1", x0)}
+    assert node.writes == {MemoryDep("buf0", x0 + 65 * x1)}
+
+
+def test_transposed_input_is_read_through_its_strides():
+    # eager gives x + y the transposed x's strides (1, 65), and the loops walk the
+    # store's memory order: x is read contiguously, y with a stride
+    x, y = torch.randn(33, 65).t(), torch.randn(65, 33)
+    s = schedule(lambda x, y: (x + y,), x, y)
+    (node,) = s.nodes
+    assert node.loop.sizes == (33, 65)
+    assert node.writes == {MemoryDep("buf0", x0 + 65 * x1)}
+    assert node.reads == {
+        MemoryDep("x_1", x0 + 65 * x1),
+        MemoryDep("y_1", 33 * x0 + x1),
+    }
+
+
+def test_loops_follow_a_channels_last_store():
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    scale = torch.randn(3, 1, 1)
+    s = schedule(lambda x, scale: (x * scale + 1,), x, scale)
+    (node,) = s.nodes
+    assert node.writes == {MemoryDep("buf0", x0 + 3 * x1)}  # (n, h, w) then c
+    assert node.loop.sizes == (40, 3)
+    assert node.reads == {MemoryDep("x_1", x0 + 3 * x1), MemoryDep("scale_1", x0)}
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
+def test_fallback_depends_on_whole_buffers():
+    x = torch.randn(5, 6)
+    s = schedule(lambda x: (torch.cumsum(x.sin(), 0).cos(),), x)
+    extern = by_name(s, "buf1")
+    assert isinstance(extern, ExternKernelSchedulerNode) and extern.is_extern()
+    assert extern.reads == {StarDep("buf0")}
+    assert extern.writes == {StarDep("buf1")}
+    assert by_name(s, "buf2").reads == {MemoryDep("buf1", x0)}
+
+
+def test_multi_output_depends_on_its_parent():
+    x = torch.randn(4, 5)
+    s = schedule(lambda x: tuple(torch.sort(x, 1)), x)
+    parent, values, indices = s.nodes
+    assert parent.reads == {StarDep("x_1")}
+    assert values.reads == indices.reads == {StarDep(parent.get_name())}
+    assert all(n.is_extern() for n in s.nodes)
+
+
+# --- fusion ---------------------------------------------------------------------------
+
+
+def _three_outputs(a):
+    return a + 1, a * 2, (a + 1) * (a * 2)
+
+
+def test_multi_output_pointwise_function_fuses_into_one_node():
+    s = schedule(_three_outputs, torch.randn(33, 65))
+    (node,) = s.nodes
+    assert isinstance(node, FusedSchedulerNode)
+    assert [m.get_name() for m in node.snodes] == ["buf0", "buf1", "buf2"]
+    assert node.get_name() == "buf0_buf1_buf2"
+    assert node.reads == {MemoryDep("a_1", x0)}
+    assert node.get_names() == {"buf0", "buf1", "buf2"}
+    assert s.fusion_log == [
+        "fuse buf0 + buf1 (saves 8580 bytes)",
+        "fuse buf0_buf1 + buf2 (saves 8580 bytes)",
+    ]
+    assert s.removed_buffers == set()  # all three are outputs
+
+
+def test_score_fusion_is_bytes_saved_then_proximity():
+    x = torch.randn(33, 65)
+    graph = GraphLowering(make_fx(_three_outputs)(x), [x]).lower()
+    s = Scheduler.__new__(Scheduler)  # score the unfused nodes, before fusion runs
+    s.graph = graph
+    s.nodes = [Scheduler._create(b) for b in graph.buffers]
+    s.order = {n.get_name(): k for k, n in enumerate(s.nodes)}
+    n0, n1, n2 = s.nodes
+    assert s.score_fusion(n0, n1) == (33 * 65 * 4, -1)
+    assert s.score_fusion(n0, n2) == (33 * 65 * 4, -2)
+    assert s.score_fusion(n0, n1) > s.score_fusion(n0, n2)
+
+
+def test_shared_intermediate_is_fused_and_removed(restore_config):
+    config.realize_opcount_threshold = 3
+
+    def f(x, y):
+        t = (x * y).exp().sin().cos() + x
+        return t + 1, t * 2
+
+    x, y = torch.randn(33, 65), torch.randn(33, 65)
+    s = schedule(f, x, y)
+    assert len(s.graph.buffers) == 3  # t was realized for its two users...
+    (node,) = s.nodes  # ...and fused back with them
+    assert [m.get_name() for m in node.snodes] == ["buf0", "buf1", "buf2"]
+    assert s.removed_buffers == {"buf0"}  # read only inside the kernel
+    assert node.reads == {MemoryDep("x_1", x0), MemoryDep("y_1", x0)}
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
+def test_scalar_leaves_share_a_kernel_and_a_read_scalar_stays():
+    """One-element results that nothing reads (here written into the inputs, as batch
+    norm's counters are) fuse into one kernel though they share no buffer; a scalar
+    that a later node reads is inlined into it, and a fallback between them stays in
+    order."""
+
+    def f(c1, c2, c3, x, s):
+        c1.add_(1)
+        c2.add_(1)
+        y = torch.cumsum(x, 0)  # a fallback between the updates
+        c3.add_(1)
+        t = s * 2  # one element, read below: not a leaf
+        return y * t
+
+    args = [torch.zeros((), dtype=torch.int64) for _ in range(3)]
+    args += [torch.randn(5, 3), torch.randn(())]
+    sched = schedule(torch.func.functionalize(f), *args)  # the updates: copy_ into c_i
+    scalar = [n for n in sched.nodes if not n.is_extern() and n.group[1:] == (1, 1)]
+    counters = [n for n in scalar if len(n.snodes) == 3]
+    assert len(counters) == 1, sched.fusion_log  # c1, c2, c3: one kernel
+    assert len(scalar) == 1
+    names = [m.get_name() for m in counters[0].snodes]
+    assert not any(name in n.read_names() for n in sched.nodes for name in names)
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
+def test_fused_nodes_stay_in_topological_order():
+    x = torch.randn(6, 7)
+
+    def f(x):
+        a = x.sin()
+        b = torch.cumsum(a, 0)
+        return a * 2, b + 1, a + 3
+
+    s = schedule(f, x)
+    seen = set()
+    for node in s.nodes:
+        members = node.snodes if not node.is_extern() else (node,)
+        for name in node.read_names():
+            if name.startswith("buf"):
+                assert name in seen, f"{node} reads {name} before it is written"
+        seen |= {m.get_name() for m in members}
+
+
+# --- can_fuse refusals, each with its reason ------------------------------------------
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
+def test_cycle_through_a_fallback_is_refused():
+    def f(x):
+        a = x.sin()
+        b = torch.cumsum(a, 0)
+        return (a + b,)
+
+    s = schedule(f, torch.randn(6, 7))
+    assert [n.get_name() for n in s.nodes] == ["buf0", "buf1", "buf2"]
+    assert s.can_fuse(s.nodes[0], s.nodes[2]) == (
+        False,
+        "fusing would create a cycle through buf1",
+    )
+    assert (
+        "cannot fuse buf0 with buf2: fusing would create a cycle through buf1"
+        in s.fusion_log
+    )
+    assert s.can_fuse(s.nodes[0], s.nodes[1]) == (False, "buf1 is an extern kernel")
+
+
+def test_different_numel_is_refused():
+    x, y = torch.randn(33, 65), torch.randn(65)
+    s = schedule(lambda x, y: (y * 2, x + y * 2), x, y)
+    assert len(s.nodes) == 2
+    ok, reason = s.can_fuse(*s.nodes)
+    assert not ok and reason == "different numel: 65 vs 2145"
+    assert s.fusion_log == ["cannot fuse buf0 with buf1: different numel: 65 vs 2145"]
+
+
+def test_different_loops_over_other_dims_are_refused():
+    # the same number of elements, over (33, 65) and (65, 33): no common loops
+    x, bias, y = torch.randn(33, 65), torch.randn(1, 65), torch.randn(65, 33)
+    s = schedule(lambda x, bias, y: (x * bias, y + 1), x, bias, y)
+    ok, reason = s.can_fuse(*s.nodes)
+    assert not ok and reason == "different loops: [33, 65] vs [2145]"
+
+
+def test_loops_over_the_same_dims_are_made_common():
+    # x * bias keeps its columns apart (it reads bias per column); x + 1 alone would
+    # merge everything into [2145]; together they run on [33, 65], one kernel
+    x, bias = torch.randn(33, 65), torch.randn(1, 65)
+    s = schedule(lambda x, bias: (x + 1, x * bias), x, bias)
+    (node,) = s.nodes
+    assert all(m.loop.sizes == (33, 65) for m in node.snodes)
+    # a producer and its consumer alike: a per-column scale (an output, so it is
+    # stored), then a relu that reads it back
+    s = schedule(lambda x, bias: ((y := x * bias), torch.relu(y)), x, bias)
+    (node,) = s.nodes
+    assert len(node.snodes) == 2
+    assert all(m.loop.sizes == (33, 65) for m in node.snodes)
+
+
+def _hand_built(second_body, second_device=cpu):
+    """buf0 = x * 2 broadcast to (4, 4); buf1 = second_body(load buf0, load x)."""
+    x = InputBuffer("x", FixedLayout.contiguous(cpu, torch.float32, (1, 4)))
+    load_x = TensorBox(x).make_loader()
+    size = (sympy.Integer(4), sympy.Integer(4))
+
+    def first(i):
+        return ops.mul(
+            load_x([sympy.Integer(0), i[1]]), ops.constant(2.0, torch.float32)
+        )
+
+    buf0 = ComputedBuffer(
+        "buf0",
+        FixedLayout.contiguous(cpu, torch.float32, size),
+        Pointwise(cpu, torch.float32, first, size),
+    )
+    load_buf0 = buf0.make_loader()
+
+    def second(i):
+        return second_body(load_buf0, lambda j: load_x([sympy.Integer(0), j[1]]), i)
+
+    buf1 = ComputedBuffer(
+        "buf1",
+        FixedLayout.contiguous(second_device, torch.float32, size),
+        Pointwise(second_device, torch.float32, second, size),
+    )
+    graph = SimpleNamespace(
+        buffers=[buf0, buf1],
+        graph_outputs=[buf0, buf1],
+        graph_inputs={"x": TensorBox(x)},
+        sizevars=SizeVarAllocator(),
+    )
+    return Scheduler(graph)
+
+
+def test_reading_the_producer_at_another_index_is_refused():
+    def transposed(load_buf0, load_x, i):
+        return ops.add(load_buf0([i[1], i[0]]), load_x(i))
+
+    s = _hand_built(transposed)
+    assert [n.loop.sizes for n in s.nodes] == [(4, 4), (4, 4)]  # same loops...
+    ok, reason = s.can_fuse(*s.nodes)
+    assert not ok  # ...but buf1 element (i, j) needs buf0 element (j, i)
+    assert (
+        reason == f"buf1 reads buf0[{4 * x0 + x1}] but buf0 writes buf0[{x0 + 4 * x1}]"
+    )
+    assert len(s.nodes) == 2
+
+
+def test_reading_the_producer_at_the_same_index_fuses():
+    def same(load_buf0, load_x, i):
+        return ops.add(load_buf0(i), load_x(i))
+
+    s = _hand_built(same)
+    assert len(s.nodes) == 1 and isinstance(s.nodes[0], FusedSchedulerNode)
+
+
+def test_different_devices_are_refused():
+    def same(load_buf0, load_x, i):
+        return ops.add(load_buf0(i), load_x(i))
+
+    s = _hand_built(same, second_device=torch.device("meta"))
+    assert s.can_fuse(*s.nodes) == (False, "different devices: cpu vs meta")
+
+
+# --- fusion rules ---------------------------------------------------------------------
+
+
+def test_registered_fusion_rule_can_refuse_with_its_reason():
+    def no_more_than_two(a, b):
+        if len(a.snodes) + len(b.snodes) > 2:
+            return f"would make {len(a.snodes) + len(b.snodes)} nodes"
+        return None
+
+    assert register_fusion_rule(no_more_than_two) is no_more_than_two
+    try:
+        s = schedule(_three_outputs, torch.randn(5, 6))
+    finally:
+        fusion_rules.remove(no_more_than_two)
+    assert len(s.nodes) == 2
+    assert sorted(len(n.snodes) for n in s.nodes) == [1, 2]
+    assert any(line.endswith(": would make 3 nodes") for line in s.fusion_log)
+    assert no_more_than_two not in fusion_rules
+    assert len(schedule(_three_outputs, torch.randn(5, 6)).nodes) == 1  # rule gone
+
+
+@pytest.mark.usefixtures("cumsum_falls_back")
+def test_fusion_rule_sees_only_legal_pairs():
+    seen = []
+
+    def spy(a, b):
+        seen.append((a.get_name(), b.get_name()))
+        return None
+
+    register_fusion_rule(spy)
+    try:
+        s = schedule(lambda x: (torch.cumsum(x.sin(), 0).cos(),), torch.randn(5, 6))
+    finally:
+        fusion_rules.remove(spy)
+    assert seen == []  # every pair involves the extern kernel, refused before rules
+    assert len(s.nodes) == 3
+
+
+# --- dead code ------------------------------------------------------------------------
+
+
+def test_dead_code_elimination_reaches_a_fixed_point(restore_config):
+    config.inline_opcount_limit = 0  # realize every value, used or not
+
+    def f(x):
+        t = x.sin()
+        t.cos()  # dead, and makes t dead
+        return (x * 2,)
+
+    s = schedule(f, torch.randn(5))
+    assert [b.name for b in s.graph.buffers] == ["buf0", "buf1", "buf2"]
+    assert s.fusion_log[:2] == ["removed buf1: no users", "removed buf0: no users"]
+    assert [n.get_name() for n in s.nodes] == ["buf2"]
+
+
+def test_dead_code_elimination_keeps_fallbacks():
+    s = schedule(lambda x: (torch.sort(x, 1)[0] + 1,), torch.randn(4, 5))
+    names = [n.get_name() for n in s.nodes]
+    # the sort (buf0) stays; its unused indices (buf2) are never picked out of its result
+    assert names == ["buf0", "buf1", "buf3"]
+    assert s.fusion_log.count("removed buf2: no users") == 1
+    assert not any("buf0" in line for line in s.fusion_log if line.startswith("removed"))
+
+
+def test_distant_siblings_stay_apart_when_fusing_would_hold_memory(restore_config):
+    """Each layer sums its matmul's result over the batch, masked by one shared mask.
+    Fused into one kernel after the last layer, the four sums would hold every layer's
+    2 MiB result until the end: refused, with the reason logged. With the check off
+    (a huge factor), the same graph fuses them."""
+
+    def f(x, w, mask):
+        sums = []
+        for _ in range(4):
+            g = torch.bmm(x, w)
+            x = torch.softmax(g, -1)  # rows: another loop, so g's readers cannot merge
+            sums.append(torch.where(mask, g, 0.0).sum(0))
+        return x, *sums
+
+    torch.manual_seed(0)
+    args = (torch.randn(8, 256, 256), torch.randn(8, 256, 256), torch.rand(256) > 0.5)
+
+    def batch_sums(sched):
+        nodes = [n for n in sched.nodes if not n.is_extern()]
+        return [n for n in nodes if n.group[1:] == (65536, 8)]
+
+    sched = schedule(f, *args)
+    assert [len(n.snodes) for n in batch_sums(sched)] == [1, 1, 1, 1], sched.fusion_log
+    assert any("bytes longer" in line for line in sched.fusion_log)
+    # each sum runs in its own layer (after its matmul and softmax, before the next
+    # matmul), so its g is freed there
+    order = [n.get_name() for n in sched.nodes]
+    kinds = ["extern" if n.is_extern() else "sum" for n in sched.nodes]
+    assert kinds == ["extern", "extern", "sum"] * 4, order
+    config.fusion_memory_factor = 10**12
+    fused = schedule(f, *args)
+    assert len(batch_sums(fused)) < 4, fused.fusion_log

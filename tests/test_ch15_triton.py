@@ -1,0 +1,740 @@
+"""Chapter 15: Triton kernels from scheduler nodes, and the interpreter helpers.
+
+Kernel text is pinned (golden snippets); every op of the math table is run as a
+generated kernel in Triton's interpreter and compared with the table's own PyTorch
+function; the helpers in minductor/triton_helpers.py are checked against PyTorch on
+hard inputs, in float32, to a few ulp.
+"""
+
+import itertools
+import math
+
+import numpy
+import pytest
+import sympy
+import torch
+import triton
+import triton.language as tl
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor import triton_helpers as helpers
+from minductor.codegen_triton import (
+    TRITON_DTYPES,
+    InterpreterOverrides,
+    TritonOverrides,
+    generate_kernel,
+    kernel_name_stem,
+    pointwise_config,
+)
+from minductor.config import config
+from minductor.ir import ComputedBuffer, FixedLayout, InputBuffer, Pointwise, TensorBox
+from minductor.lowering import GraphLowering
+from minductor.ops import MATH_OPS, ops
+from minductor.runtime import interpret_mode, launch, load_module
+from minductor.scheduler import Scheduler, SchedulerNode
+
+pytestmark = pytest.mark.ch15
+
+cpu = torch.device("cpu")
+inf, nan = float("inf"), float("nan")
+HEADER = (
+    "import triton\nimport triton.language as tl\n"
+    "from triton.language.extra import libdevice\n"
+    "from minductor import triton_helpers as helpers\n\n"
+)
+# kernels run on CPU tensors in the interpreter, or on CUDA tensors on a GPU
+INTERPRET = interpret_mode()
+DEVICE = "cpu" if INTERPRET else "cuda"
+interpreter_only = pytest.mark.skipif(
+    not INTERPRET, reason="a helper only the interpreter uses (GPUs use libdevice)"
+)
+
+
+def kernels_for(fn, *args):
+    scheduler = Scheduler(GraphLowering(make_fx(fn)(*args), list(args)).lower())
+    return scheduler, [
+        generate_kernel(n, scheduler.removed_buffers, interpret=True)
+        for n in scheduler.nodes
+        if not n.is_extern()
+    ]
+
+
+def body_lines(kernel):
+    return [line.strip() for line in kernel.source.splitlines()[2:]]
+
+
+def run_kernel(kernel, env):
+    """Load and launch a generated kernel on the tensors of env (outputs updated)."""
+    module = load_module(HEADER + kernel.source.replace("KERNEL_NAME", "kernel") + "\n")
+    moved = {name: t.to(DEVICE) for name, t in env.items()}
+    args = [moved[n] for n in kernel.call_args]
+    launch(module.kernel, kernel.numel, *args, **dict(kernel.meta))
+    for name, t in env.items():
+        t.copy_(moved[name])
+
+
+# --- the overrides cover the math table -----------------------------------------------
+
+STRUCTURAL = ["where", "to_dtype", "constant"]
+
+
+@pytest.mark.parametrize(
+    "overrides", [TritonOverrides, InterpreterOverrides], ids=["gpu", "interpreter"]
+)
+def test_every_math_op_has_a_translation(overrides):
+    for name, (arity, _) in MATH_OPS.items():
+        method = getattr(overrides, name, None)
+        assert callable(method), f"{overrides.__name__} has no {name}"
+        text = method(*["tmp0", "tmp1"][:arity])
+        compile(text, name, "eval")  # a well-formed expression
+        assert "tmp0" in text and (arity == 1 or "tmp1" in text)
+    for name in STRUCTURAL:
+        assert callable(getattr(overrides, name))
+
+
+def test_interpreter_overrides_avoid_gpu_only_functions():
+    for name, (arity, _) in MATH_OPS.items():
+        text = getattr(InterpreterOverrides, name)(*["tmp0", "tmp1"][:arity])
+        assert "libdevice" not in text and "tl.sigmoid" not in text, name
+    differing = {
+        n
+        for n in MATH_OPS
+        if getattr(InterpreterOverrides, n) is not getattr(TritonOverrides, n)
+    }
+    assert differing == {"exp", "pow", "expm1", "log1p", "tanh", "sigmoid", "log10"}
+
+
+def test_constants_and_conversions():
+    c = TritonOverrides.constant
+    assert c(2, torch.float32) == "tl.full([1], 2.0, tl.float32)"
+    assert c(inf, torch.float32) == 'tl.full([1], float("inf"), tl.float32)'
+    assert c(-inf, torch.float16) == 'tl.full([1], float("-inf"), tl.float16)'
+    assert c(nan, torch.float64) == 'tl.full([1], float("nan"), tl.float64)'
+    assert c(True, torch.bool) == "tl.full([1], True, tl.int1)"
+    assert c(2**40, torch.int64) == f"tl.full([1], {2**40}, tl.int64)"
+    assert c(3.0, torch.int32) == "tl.full([1], 3, tl.int32)"
+    assert TritonOverrides.to_dtype("tmp0", torch.bool) == "tmp0 != 0"
+    assert TritonOverrides.to_dtype("tmp0", torch.bfloat16) == "tmp0.to(tl.bfloat16)"
+    assert TritonOverrides.where("a", "b", "c") == "tl.where(a, b, c)"
+    assert set(TRITON_DTYPES) >= {torch.bool, torch.int64, torch.float16, torch.float32}
+
+
+# --- every math op, run as a generated kernel -----------------------------------------
+
+FLOATS_A = [
+    -2.5,
+    -1.0,
+    -0.0,
+    0.0,
+    0.3,
+    1.0,
+    2.0,
+    7.5,
+    inf,
+    -inf,
+    nan,
+    1e-30,
+    100.0,
+    -0.7,
+]
+FLOATS_B = [0.5, 3.0, -2.0, 1.5, -0.7, 2.0, 0.0, -3.0, 2.0, 3.0, 1.0, 2.0, 0.5, inf]
+INTS_A = [-7, -3, -1, 0, 1, 2, 5, 9, -8, 6, 2**31 - 1, -(2**31) + 1]
+INTS_B = [2, -2, 3, 5, -3, 1, 4, -4, 3, -6, 7, -7]
+INT_ONLY = {
+    "floordiv",
+    "truncdiv",
+    "remainder",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+}
+BOOL_ONLY = {"logical_and", "logical_or", "logical_not"}
+ALSO_INTS = {
+    "add",
+    "sub",
+    "mul",
+    "maximum",
+    "minimum",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "neg",
+    "abs",
+    "sign",
+    "relu",
+}
+
+
+def _cases():
+    for name in sorted(MATH_OPS):
+        if name in INT_ONLY:
+            yield name, torch.int32
+        elif name in BOOL_ONLY:
+            yield name, torch.bool
+        else:
+            yield name, torch.float32
+            if name in ALSO_INTS:
+                yield name, torch.int32
+
+
+def _operands(dtype):
+    if dtype == torch.bool:
+        return (
+            torch.tensor([True, False, True, False]),
+            torch.tensor([True, True, False, False]),
+        )
+    if dtype == torch.int32:
+        return torch.tensor(INTS_A, dtype=dtype), torch.tensor(INTS_B, dtype=dtype)
+    return torch.tensor(FLOATS_A), torch.tensor(FLOATS_B)
+
+
+def _one_op_buffer(name, inputs, out_dtype):
+    arity, _ = MATH_OPS[name]
+    boxes = [
+        TensorBox(InputBuffer(n, FixedLayout.from_tensor(t)))
+        for n, t in zip("ab", inputs)
+    ]
+    loaders = [b.make_loader() for b in boxes]
+    size = boxes[0].get_size()
+
+    def body(index):
+        return getattr(ops, name)(*[load(index) for load in loaders[:arity]])
+
+    layout = FixedLayout.contiguous(cpu, out_dtype, size)
+    return ComputedBuffer("buf0", layout, Pointwise(cpu, out_dtype, body, size))
+
+
+@pytest.mark.parametrize("name,dtype", list(_cases()), ids=lambda v: str(v))
+def test_generated_kernel_follows_the_math_table(name, dtype):
+    arity, fn = MATH_OPS[name]
+    a, b = _operands(dtype)
+    expected = fn(*[a, b][:arity])
+    buf = _one_op_buffer(name, [a, b][:arity], expected.dtype)
+    kernel = generate_kernel(SchedulerNode.create(buf), set(), interpret=INTERPRET)
+    out = torch.empty_like(expected)
+    run_kernel(kernel, {"a": a, "b": b, "buf0": out})
+    if expected.dtype.is_floating_point:
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7, equal_nan=True)
+    else:
+        assert out.dtype == expected.dtype and torch.equal(out, expected)
+
+
+# --- golden kernels -------------------------------------------------------------------
+
+ADD_MUL = """\
+@triton.jit
+def KERNEL_NAME(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + (x0), xmask)
+    tmp1 = tl.load(in_ptr1 + (x0), xmask)
+    tmp2 = tmp0 * tmp1
+    tmp3 = tl.load(in_ptr2 + (x0), xmask)
+    tmp4 = tmp2 + tmp3
+    tl.store(out_ptr0 + (x0), tmp4, xmask)"""
+
+
+def test_golden_add_mul_kernel():
+    a, b, c = (torch.randn(33, 65) for _ in range(3))
+    _, (kernel,) = kernels_for(lambda a, b, c: (a * b + c,), a, b, c)
+    assert kernel.source == ADD_MUL
+    assert kernel.descriptive_name == "poi_fused_add_mul"
+    assert kernel.call_args == ("a_1", "b_1", "c_1", "buf0")
+    assert kernel.numel == 2145
+    assert dict(kernel.meta) == {"XBLOCK": 1024, "num_warps": 4}
+    out = torch.empty(33, 65)
+    run_kernel(kernel, {"a_1": a, "b_1": b, "c_1": c, "buf0": out})
+    torch.testing.assert_close(out, a * b + c)
+
+
+def test_golden_broadcast_kernel_keeps_two_dimensions():
+    x, bias, y = torch.randn(33, 65), torch.randn(1, 65), torch.randn(33, 65)
+    _, (kernel,) = kernels_for(lambda x, bias, y: (x * bias + y,), x, bias, y)
+    lines = body_lines(kernel)
+    assert lines[3:] == [
+        "x0 = (xindex % 65)",
+        "x1 = (xindex // 65)",
+        "tmp0 = tl.load(in_ptr0 + (x0 + 65*x1), xmask)",
+        "tmp1 = tl.load(in_ptr1 + (x0), xmask)",
+        "tmp2 = tmp0 * tmp1",
+        "tmp3 = tl.load(in_ptr2 + (x0 + 65*x1), xmask)",
+        "tmp4 = tmp2 + tmp3",
+        "tl.store(out_ptr0 + (x0 + 65*x1), tmp4, xmask)",
+    ]
+    out = torch.empty(33, 65)
+    run_kernel(kernel, {"x_1": x, "bias_1": bias, "y_1": y, "buf0": out})
+    torch.testing.assert_close(out, x * bias + y)
+
+
+def test_three_dimensional_variables():
+    x, b = torch.randn(3, 4, 5), torch.randn(4, 1)
+    _, (kernel,) = kernels_for(lambda x, b: (x + b,), x, b)
+    lines = body_lines(kernel)
+    assert lines[3:6] == [
+        "x0 = (xindex % 5)",
+        "x1 = ((xindex // 5) % 4)",
+        "x2 = (xindex // 20)",
+    ]
+    out = torch.empty(3, 4, 5)
+    run_kernel(kernel, {"x_1": x, "b_1": b, "buf0": out})
+    torch.testing.assert_close(out, x + b)
+
+
+def test_transposed_input_kernel_reads_through_strides():
+    x, y = torch.randn(7, 5).t(), torch.randn(5, 7)
+    _, (kernel,) = kernels_for(lambda x, y: (x * y,), x, y)
+    lines = body_lines(kernel)
+    # the output takes eager's strides, x's transposed ones, and the loops walk the
+    # store's memory order: x is read and the output written contiguously, y strided
+    assert "tmp0 = tl.load(in_ptr0 + (x0 + 5*x1), xmask)" in lines
+    assert "tmp1 = tl.load(in_ptr1 + (7*x0 + x1), xmask)" in lines
+    assert "tl.store(out_ptr0 + (x0 + 5*x1), tmp2, xmask)" in lines
+    out = torch.empty_strided((5, 7), (1, 5))
+    run_kernel(kernel, {"x_1": x, "y_1": y, "buf0": out})
+    torch.testing.assert_close(out, x * y)
+
+
+def test_zero_dim_input_is_loaded_at_a_constant_index():
+    s, v = torch.tensor(3.0), torch.randn(6)
+    _, (kernel,) = kernels_for(lambda s, v: (s * v,), s, v)
+    assert (
+        "tmp0 = tl.load(in_ptr0 + (tl.full([XBLOCK], 0, tl.int32)), xmask)"
+        in body_lines(kernel)
+    )
+    out = torch.empty(6)
+    run_kernel(kernel, {"s_1": s, "v_1": v, "buf0": out})
+    torch.testing.assert_close(out, s * v)
+
+
+# --- CSE and the store cache ----------------------------------------------------------
+
+
+def test_cse_loads_an_input_once():
+    x = torch.randn(5, 7)
+    _, (kernel,) = kernels_for(lambda x: (x * x + x,), x)
+    lines = body_lines(kernel)
+    assert sum("tl.load" in line for line in lines) == 1
+    assert "tmp1 = tmp0 * tmp0" in lines and "tmp2 = tmp1 + tmp0" in lines
+
+
+def test_fused_siblings_share_their_loads_and_store_each_output():
+    x = torch.randn(5, 7)
+    scheduler, (kernel,) = kernels_for(lambda a: (a + 1, a * 2, (a + 1) * (a * 2)), x)
+    lines = body_lines(kernel)
+    assert sum("tl.load" in line for line in lines) == 1
+    assert sum(line.startswith("tl.store") for line in lines) == 3
+    assert kernel.call_args == ("a_1", "buf0", "buf1", "buf2")
+    outs = [torch.empty(5, 7) for _ in range(3)]
+    run_kernel(kernel, {"a_1": x, "buf0": outs[0], "buf1": outs[1], "buf2": outs[2]})
+    for got, expected in zip(outs, (x + 1, x * 2, (x + 1) * (x * 2))):
+        torch.testing.assert_close(got, expected)
+
+
+def test_removed_intermediate_is_never_stored_or_loaded():
+    saved = config.realize_opcount_threshold
+    config.realize_opcount_threshold = 3
+    try:
+
+        def f(x, y):
+            t = (x * y).exp().sin().cos() + x
+            return t + 1, t * 2
+
+        x, y = torch.randn(5, 7), torch.randn(5, 7)
+        scheduler, (kernel,) = kernels_for(f, x, y)
+    finally:
+        config.realize_opcount_threshold = saved
+    assert scheduler.removed_buffers == {"buf0"}
+    assert "buf0" not in kernel.call_args
+    lines = body_lines(kernel)
+    assert sum(line.startswith("tl.store") for line in lines) == 2
+    assert sum("tl.load" in line for line in lines) == 2  # x and y only
+    outs = {"buf1": torch.empty(5, 7), "buf2": torch.empty(5, 7)}
+    run_kernel(kernel, {"x_1": x, "y_1": y, **outs})
+    t = (x * y).exp().sin().cos() + x
+    torch.testing.assert_close(outs["buf1"], t + 1)
+    torch.testing.assert_close(outs["buf2"], t * 2)
+
+
+# --- names and configuration ----------------------------------------------------------
+
+
+def test_kernel_name_stem_sorts_origins():
+    a, b = torch.randn(4), torch.randn(4)
+    _, (kernel,) = kernels_for(lambda a, b: (torch.relu(a * b).exp() - a,), a, b)
+    assert kernel.descriptive_name == "poi_fused_exp_mul_relu_sub"
+    node = SchedulerNode.create(_one_op_buffer("neg", [a], torch.float32))
+    assert kernel_name_stem(node) == "poi_fused_kernel"  # a body with no origins
+
+
+@pytest.mark.parametrize("numel", [0, 1, 2, 3, 64, 65, 1000, 1024, 1025, 2145, 10**7])
+def test_pointwise_config(numel):
+    # in the interpreter: one block if it fits (a GPU's rule is in test_sizing.py)
+    cfg = pointwise_config(numel, interpret=True)
+    xblock = cfg["XBLOCK"]
+    assert xblock & (xblock - 1) == 0  # a power of two
+    assert xblock <= config.max_xblock
+    assert xblock >= min(max(numel, 1), config.max_xblock)  # one block if it fits
+    assert xblock < 2 * max(numel, 1)  # and not much larger than needed
+    # a warp per 256 elements, at least 4 while each thread has one element
+    assert cfg["num_warps"] == max(1, min(8, max(xblock // 256, min(4, xblock // 32))))
+
+
+def test_pointwise_config_follows_max_xblock():
+    saved = config.max_xblock
+    config.max_xblock = 128
+    try:
+        assert pointwise_config(10_000)["XBLOCK"] == 128
+    finally:
+        config.max_xblock = saved
+
+
+def test_huge_kernels_index_in_int64():
+    size = (sympy.Integer(2**31),)
+    x = TensorBox(InputBuffer("x", FixedLayout.contiguous(cpu, torch.float32, size)))
+    load = x.make_loader()
+    buf = ComputedBuffer(
+        "buf0",
+        FixedLayout.contiguous(cpu, torch.float32, size),
+        Pointwise(cpu, torch.float32, lambda i: ops.neg(load(i)), size),
+    )
+    kernel = generate_kernel(SchedulerNode.create(buf), set(), interpret=True)
+    assert "xoffset = tl.program_id(0).to(tl.int64) * XBLOCK" in kernel.source
+    small = _one_op_buffer("neg", [torch.randn(3)], torch.float32)
+    small_kernel = generate_kernel(SchedulerNode.create(small), set(), interpret=True)
+    assert "xoffset = tl.program_id(0) * XBLOCK" in small_kernel.source
+
+
+def test_gpu_and_interpreter_kernels_differ_only_in_helpers():
+    x = torch.randn(8)
+    scheduler = Scheduler(
+        GraphLowering(
+            make_fx(lambda x: (torch.tanh(x) + torch.sigmoid(x),))(x), [x]
+        ).lower()
+    )
+    (node,) = scheduler.nodes
+    gpu = generate_kernel(node, set(), interpret=False).source
+    cpu_source = generate_kernel(node, set(), interpret=True).source
+    assert "libdevice.tanh(tmp0)" in gpu and "tl.sigmoid(tmp0)" in gpu
+    assert "helpers.tanh(tmp0)" in cpu_source and "helpers.sigmoid(tmp0)" in cpu_source
+    assert (
+        gpu.replace("libdevice.tanh", "helpers.tanh").replace(
+            "tl.sigmoid", "helpers.sigmoid"
+        )
+        == cpu_source
+    )
+
+
+# --- accuracy of the interpreter helpers ----------------------------------------------
+
+
+@triton.jit
+def _unary(in_ptr, out_ptr, n, OP: tl.constexpr, XBLOCK: tl.constexpr):
+    index = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = index < n
+    x = tl.load(in_ptr + index, mask)
+    if OP == "tanh":
+        y = helpers.tanh(x)
+    elif OP == "sigmoid":
+        y = helpers.sigmoid(x)
+    elif OP == "expm1":
+        y = helpers.expm1(x)
+    elif OP == "log1p":
+        y = helpers.log1p(x)
+    else:
+        y = helpers.sign(x)
+    tl.store(out_ptr + index, y, mask)
+
+
+@triton.jit
+def _binary(a_ptr, b_ptr, out_ptr, n, OP: tl.constexpr, XBLOCK: tl.constexpr):
+    index = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = index < n
+    a = tl.load(a_ptr + index, mask)
+    b = tl.load(b_ptr + index, mask)
+    if OP == "pow":
+        y = helpers.pow(a, b)
+    elif OP == "floordiv":
+        y = helpers.floordiv(a, b)
+    elif OP == "remainder":
+        y = helpers.remainder(a, b)
+    elif OP == "maximum":
+        y = helpers.maximum(a, b)
+    else:
+        y = helpers.minimum(a, b)
+    tl.store(out_ptr + index, y, mask)
+
+
+def run_helper(op, *inputs):
+    inputs = [t.to(DEVICE) for t in inputs]
+    out = torch.empty_like(inputs[0])
+    kernel = _unary if len(inputs) == 1 else _binary
+    grid = (triton.cdiv(out.numel(), 1024),)
+    with numpy.errstate(all="ignore"):  # masked-off lanes divide by zero, etc.
+        kernel[grid](*inputs, out, out.numel(), OP=op, XBLOCK=1024)
+    return out.cpu()
+
+
+def _ulp(t):
+    t = t.abs().to(torch.float32)
+    return (torch.nextafter(t, torch.tensor(inf)) - t).double()
+
+
+HARD_UNARY = torch.tensor(
+    [
+        0.0,
+        -0.0,
+        1e-45,
+        -1e-45,
+        1e-38,
+        1e-30,
+        -1e-30,
+        1e-10,
+        -1e-10,
+        1e-7,
+        -1e-7,
+        1e-4,
+        -1e-4,
+        0.1,
+        0.25,
+        0.49,
+        0.5,
+        0.51,
+        -0.5,
+        1.0,
+        -1.0,
+        2.0,
+        -3.0,
+        5.0,
+        9.5,
+        10.0,
+        15.0,
+        20.0,
+        -20.0,
+        30.0,
+        44.0,
+        80.0,
+        88.0,
+        88.7,
+        89.0,
+        -87.0,
+        -88.0,
+        -89.0,
+        -100.0,
+        -103.0,
+        -104.0,
+        1e4,
+        -1e4,
+        1e30,
+        -1e30,
+        3.4e38,
+        -3.4e38,
+        inf,
+        -inf,
+        nan,
+    ]
+    + torch.linspace(-10, 10, 2001).tolist()
+    + torch.logspace(-38, 38, 400).tolist()
+    + (-torch.logspace(-38, 38, 400)).tolist()
+)
+
+MAX_ERRORS = {}  # op -> (max relative error, max ulp error vs float64), for the report
+
+
+@interpreter_only
+@pytest.mark.parametrize("op", ["tanh", "sigmoid", "expm1", "log1p", "sign"])
+def test_unary_helpers_are_accurate_to_a_few_ulp(op):
+    fn = getattr(torch, op)
+    got = run_helper(op, HARD_UNARY)
+    expected = fn(HARD_UNARY)
+    exact = fn(HARD_UNARY.double())
+    # special values: the same infinities, NaNs and zeros
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, equal_nan=True)
+    finite = torch.isfinite(expected) & (expected.abs() > 1e-37)  # normal numbers
+    ulps = ((got.double() - exact).abs() / _ulp(expected))[finite]
+    rel = ((got - expected).abs() / expected.abs())[finite]
+    MAX_ERRORS[op] = (rel.max().item(), ulps.max().item())
+    assert ulps.max().item() <= 4.0, MAX_ERRORS[op]
+
+
+@interpreter_only
+def test_tiny_arguments_keep_their_value():
+    tiny = torch.tensor([1e-30, -1e-30, 1e-38, 1e-20, -0.0, 0.0])
+    for op in ("tanh", "expm1", "log1p"):
+        torch.testing.assert_close(run_helper(op, tiny), tiny, rtol=1e-6, atol=0)
+    torch.testing.assert_close(run_helper("sigmoid", tiny), torch.full((6,), 0.5))
+
+
+def _pairs(xs, ys):
+    pairs = list(itertools.product(xs, ys))
+    return (torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs]))
+
+
+@interpreter_only
+def test_pow_special_cases_that_agree_with_torch():
+    base, exponent = _pairs(
+        [-8.0, -3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, inf, nan],
+        [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 0.5, -0.5, 2.5, nan],
+    )
+    keep = ~((base == -inf) | ((base == -1.0) & exponent.isinf()))
+    base, exponent = base[keep], exponent[keep]
+    got = run_helper("pow", base, exponent)
+    expected = torch.pow(base, exponent)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0, equal_nan=True)
+    # the cases the chapter names
+    negative_base = run_helper(
+        "pow",
+        torch.tensor([-2.0, -2.0, -2.0, -8.0]),
+        torch.tensor([3.0, 2.0, -1.0, 1 / 3]),
+    )
+    assert negative_base[:3].tolist() == [-8.0, 4.0, -0.5]
+    assert math.isnan(negative_base[3].item())
+    zero_base = run_helper(
+        "pow", torch.tensor([0.0, 0.0, 0.0]), torch.tensor([-1.0, 0.0, 2.0])
+    )
+    assert zero_base.tolist() == [inf, 1.0, 0.0]
+    one_nan = run_helper("pow", torch.tensor([1.0, nan]), torch.tensor([nan, 0.0]))
+    assert one_nan.tolist() == [1.0, 1.0]
+
+
+@interpreter_only
+def test_pow_special_cases_with_signed_zero_and_infinities():
+    base = torch.tensor([-0.0, -0.0, -1.0, -1.0, -inf, -inf, -inf])
+    exponent = torch.tensor([-1.0, -3.0, inf, -inf, 0.5, -0.5, 2.5])
+    got = run_helper("pow", base, exponent)
+    torch.testing.assert_close(got, torch.pow(base, exponent), equal_nan=True)
+
+
+@interpreter_only
+def test_pow_is_accurate_to_a_few_ulp_on_large_results():
+    base = torch.tensor([10.0, 10.0, 0.1, 7.3, -7.3, 88.0, 1e-3, 1e30, 1e-30])
+    exponent = torch.tensor([31.0, -31.0, 31.0, 10.0, 10.0, 10.0, 10.0, 1 / 3, 1 / 3])
+    got = run_helper("pow", base, exponent)
+    torch.testing.assert_close(got, torch.pow(base, exponent), rtol=1e-6, atol=0)
+
+
+@interpreter_only
+def test_pow_is_close_on_moderate_random_inputs():
+    g = torch.Generator().manual_seed(0)
+    base = torch.rand(4000, generator=g) * 20 - 10
+    exponent = torch.rand(4000, generator=g) * 8 - 4
+    exponent = torch.where(
+        torch.rand(4000, generator=g) < 0.5, exponent.round(), exponent
+    )
+    got = run_helper("pow", base, exponent)
+    expected = torch.pow(base, exponent)
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+@pytest.mark.parametrize("op", ["floordiv", "remainder"])
+def test_integer_division_helpers_floor_like_torch(op, dtype):
+    info = torch.iinfo(dtype)
+    values = [
+        v
+        for v in list(range(-9, 10)) + [100, -100, info.max, info.min + 1]
+        if info.min <= v <= info.max
+    ]
+    a, b = _pairs(values, [v for v in values if v != 0])
+    a, b = a.to(dtype), b.to(dtype)
+    expected = (
+        torch.div(a, b, rounding_mode="floor")
+        if op == "floordiv"
+        else torch.remainder(a, b)
+    )
+    got = run_helper(op, a, b)
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_minimum_propagate_nan(op):
+    values = [-inf, -2.0, -0.0, 0.0, 1.5, inf, nan]
+    a, b = _pairs(values, values)
+    got = run_helper(op, a, b)
+    expected = getattr(torch, op)(a, b)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    ints_a, ints_b = _pairs([-5, 0, 3, 2**31 - 1], [-(2**31), 0, 4])
+    ints_a, ints_b = ints_a.to(torch.int32), ints_b.to(torch.int32)
+    assert torch.equal(
+        run_helper(op, ints_a, ints_b), getattr(torch, op)(ints_a, ints_b)
+    )
+
+
+def test_sign_of_integers_and_special_floats():
+    ints = torch.tensor([-7, 0, 3, -(2**31) + 1], dtype=torch.int32)
+    assert torch.equal(run_helper("sign", ints), torch.sign(ints))
+    floats = torch.tensor([-inf, -0.0, 0.0, 1e-45, nan, inf])
+    torch.testing.assert_close(
+        run_helper("sign", floats), torch.sign(floats), equal_nan=True
+    )
+
+
+# --- bfloat16 conversions round to nearest, ties to even ------------------------------
+
+
+def _bf16_cases() -> torch.Tensor:
+    x = torch.randn(20000, generator=torch.Generator().manual_seed(0)) * 300
+    special = [float("nan"), float("inf"), -float("inf"), 3.4028234e38, -0.0, 0.0]
+    ties = [1.00390625, 1.01171875, -1.00390625, 2.0 + 2**-7 + 2**-8]  # exact halves
+    return torch.cat([torch.tensor(special + ties), x])
+
+
+def test_compiled_bfloat16_conversions_are_eagers_bit_for_bit():
+    x = _bf16_cases()
+    for fn, arg in [
+        (lambda t: t.to(torch.bfloat16), x),  # a conversion
+        (lambda t: t * 1.0001 + 0.5, x.to(torch.bfloat16)),  # bf16 arithmetic
+        (lambda t: t.to(torch.bfloat16), (x[6:] * 1e5).to(torch.int64)),  # from ints
+    ]:
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="minductor")(arg)
+        torch.testing.assert_close(got, fn(arg), atol=0, rtol=0, equal_nan=True)
+
+
+def test_a_float32_result_stored_as_bfloat16_is_rounded_to_nearest():
+    x = _bf16_cases()[10:].reshape(1000, 20).to(torch.bfloat16)
+    fn = lambda t: t.sum(-1)  # noqa: E731  accumulates in float32, stores bfloat16
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="minductor")(x)
+    # eager rounds the same float32 sums (up to their order): truncating instead
+    # would make about half of the results one unit lower
+    assert (got == fn(x)).float().mean() > 0.95
+
+
+def test_interpreter_rounds_bfloat16_where_the_gpu_converts():
+    x = torch.randn(8)
+    graph = GraphLowering(make_fx(lambda x: (x.to(torch.bfloat16) * 2,))(x), [x])
+    (node,) = Scheduler(graph.lower()).nodes
+    gpu = generate_kernel(node, set(), interpret=False).source
+    cpu_source = generate_kernel(node, set(), interpret=True).source
+    assert "helpers.to_bfloat16(" not in gpu and ".to(tl.bfloat16)" in gpu
+    assert "helpers.to_bfloat16(tmp0)" in cpu_source
+
+
+def test_rounding_helpers_on_hard_values():
+    # halves go to the even neighbour; a fraction just under one half, which x + 0.5
+    # would round up, does not; signs of zeros and NaNs survive
+    values = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 0.50000006]
+    values += [-0.3, -0.0, 0.0, 8388609.0, -8388609.0, 1e30, -1e-30, inf, -inf, nan]
+    for dtype in (torch.float32, torch.float64):
+        x = torch.tensor(values, dtype=dtype)
+        x = torch.cat([x, -torch.tensor([nan], dtype=dtype)])  # a NaN with its sign bit
+        for name in ("round", "trunc", "signbit"):
+            expected = getattr(torch, name)(x)
+            buf = _one_op_buffer(name, [x], expected.dtype)
+            kernel = generate_kernel(
+                SchedulerNode.create(buf), set(), interpret=INTERPRET
+            )
+            out = torch.empty_like(expected)
+            run_kernel(kernel, {"a": x, "buf0": out})
+            assert torch.equal(out.isnan(), expected.isnan()), name
+            assert torch.equal(torch.signbit(out), torch.signbit(expected)), name
+            assert torch.equal(out.nan_to_num(), expected.nan_to_num()), (name, dtype)
