@@ -117,7 +117,7 @@ def store_padded(graph: GraphLowering, n: torch.fx.Node, box: TensorBox) -> bool
         graph, box.make_loader(), size, padded_size, order, dtype, box.get_device(),
         origins,
     )  # fmt: skip
-    graph.copies[("zero padded", buf.name)] = tuple(size)
+    graph.zero_padded[buf.name] = tuple(size)
     window = FixedLayout(buf.get_device(), dtype, tuple(size), buf.layout.stride)
     box.data = ReinterpretView(buf, window)
     return True
@@ -136,7 +136,7 @@ def _within_padding(graph, x: Buffer, root: Buffer, size) -> Buffer | None:
     """x padded to size as a window onto root, if root was stored zero-padded
     (`store_padded`) and x views it from its start, each dimension to pad being root's
     padded one."""
-    old_root = graph.copies.get(("zero padded", root.name))
+    old_root = graph.zero_padded.get(root.name)
     if old_root is None or x.layout.offset != 0:
         return None
     for d, (new, old) in enumerate(zip(size, x.get_size())):

@@ -242,6 +242,9 @@ class GraphLowering(torch.fx.Interpreter):
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.copies: dict[tuple, Buffer] = {}  # a buffer laid out anew, by what it holds
+        # a buffer stored with zeros past its last dimension, and the sizes it holds
+        # (chapter 12's matmul operands)
+        self.zero_padded: dict[str, tuple] = {}
         self.current_node: torch.fx.Node | None = None
         self._names = 0  # how many buffer names were handed out
         self.user_visible = user_visible
