@@ -164,6 +164,9 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype.itemsize < 4 else dtype  # as every body computes
 
 
+# a body runs many times (each scheduling pass, each kernel), and sympy checks every
+# Min and Max it builds: a window's few clamps are kept
+@functools.lru_cache(maxsize=1 << 14)
 def _clamp(position: sympy.Expr, size: int) -> sympy.Expr:
     return sympy.Min(sympy.Max(position, 0), size - 1)
 
@@ -261,7 +264,7 @@ def _candidate(position, offset, padding, stride, out_size):
         ops.ge(value, ops.constant(0, torch.int64)),
         ops.lt(value, ops.constant(out_size, torch.int64)),
     )
-    return sympy.Min(sympy.Max(row, 0), out_size - 1), ops.logical_and(exact, in_range)
+    return _clamp(row, out_size), ops.logical_and(exact, in_range)
 
 
 @register_lowering(aten.max_pool2d_with_indices_backward)

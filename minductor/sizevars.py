@@ -498,12 +498,7 @@ class SimplifiedLoop:
 
     def rewrite(self, expr: sympy.Expr, old: Sequence[sympy.Symbol]) -> sympy.Expr:
         """Express an index over the original variables in the merged ones."""
-        affine = affine_coefficients(expr, old)
-        if affine is not None and self._nests(affine[1]):
-            offset, coeffs = affine
-            merged = zip(self.groups, self.variables)
-            return sympy.expand(offset + sum(coeffs[g[-1]] * v for g, v in merged))
-        return sympy.expand(expr.subs(self.old_to_new(old), simultaneous=True))
+        return _rewrite(self, expr, tuple(old))
 
     def _nests(self, coeffs: list[sympy.Expr]) -> bool:
         return all(
@@ -526,6 +521,17 @@ class SimplifiedLoop:
                     )
                 divisor = divisor * self.original_sizes[dim]
         return mapping
+
+
+# the scheduler asks for the same rewrite at every fusion it weighs (below)
+@functools.lru_cache(maxsize=1 << 16)
+def _rewrite(loop: SimplifiedLoop, expr: sympy.Expr, old: tuple[sympy.Symbol, ...]):
+    affine = affine_coefficients(expr, old)
+    if affine is not None and loop._nests(affine[1]):
+        offset, coeffs = affine
+        merged = zip(loop.groups, loop.variables)
+        return sympy.expand(offset + sum(coeffs[g[-1]] * v for g, v in merged))
+    return sympy.expand(expr.xreplace(loop.old_to_new(old)))
 
 
 def simplify_loops(
