@@ -426,6 +426,11 @@ def pow(base, exponent):
             return pointwise(power, [base], dtypes=(compute, result))
         if exponent == 0.5:
             return pointwise(ops.sqrt, [base], dtypes=(compute, result))
+        # eager's pow calls its rsqrt here (the same bits, and -0.0 ** -0.5 is -inf),
+        # but for float16 on the CPU, where it calls C's pow (+inf)
+        c_pow = result == torch.float16 and base.get_device().type == "cpu"
+        if exponent == -0.5 and not c_pow:
+            return pointwise(ops.rsqrt, [base], dtypes=(compute, result))
     if not _is_float(promote([base, exponent], Kind.BOOL_TO_LONG)[0]):
         # ops.pow is a floating-point power: 5 ** 1 could come out as 4.9999 -> 4
         raise Unsupported("integer pow other than a small constant exponent")

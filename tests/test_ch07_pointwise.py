@@ -322,6 +322,20 @@ def test_pow_one_half_is_eager_sqrt_even_at_minus_infinity():
     assert "sqrt" in graph.buffers[0].data.inner_fn_str()
 
 
+def test_pow_minus_one_half_is_eager_rsqrt():
+    # eager's Tensor ** -0.5 calls rsqrt (the same bits in float32; -0.0 gives -inf),
+    # but C's pow for float16 on the CPU (-inf gives 0, -0.0 gives +inf)
+    x = torch.tensor([-inf, -1.0, -0.0, 0.0, 1e-30, 0.37695, 4.0, 7.5, inf, nan])
+    graph = check(lambda x: (x**-0.5, x.half() ** -0.5), x)
+    bodies = [buf.data.inner_fn_str() for buf in graph.buffers]
+    assert "ops.rsqrt" in bodies[0] and "ops.pow" not in bodies[0], bodies[0]
+    assert "ops.pow" in bodies[1], bodies[1]  # these tensors are on the CPU
+    # bfloat16 too (eager's own bfloat16 rsqrt can be an ulp away from the rounded
+    # float32 one: 0.377 ** -0.5 is 1.6328 in eager, 1.625 nearest)
+    graph = check(lambda x: (x.bfloat16() ** -0.5,), x, tol=1e-2)
+    assert "ops.rsqrt" in graph.buffers[0].data.inner_fn_str()
+
+
 def test_bool_to_the_power_true():
     check(lambda x: (x**True,), torch.tensor([True, False]))
 
