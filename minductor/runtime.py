@@ -1,4 +1,4 @@
-# generated from chapters/17_runtime.md — edit there
+# generated from chapters/18_runtime.md — edit there
 
 from __future__ import annotations
 
@@ -344,7 +344,7 @@ def restride(
         return t  # the usual answer, first: one comparison per convolution of a step
     if t is None:
         raise AssertionError(f"fallback returned no tensor where {size} is read")
-    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 16)
+    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 17)
         return t
     if tuple(t.size()) != size:
         raise AssertionError(

@@ -1,4 +1,4 @@
-"""Block sizes chosen from the work (chapter 15) and max-autotune (chapter 17)."""
+"""Block sizes chosen from the work (chapter 15) and max-autotune (chapter 18)."""
 
 import json
 import logging
@@ -25,7 +25,7 @@ from minductor.runtime import (
 )
 from minductor.scheduler import Scheduler
 
-pytestmark = [pytest.mark.ch15, pytest.mark.ch17]
+pytestmark = [pytest.mark.ch15, pytest.mark.ch18]
 
 
 # --- the rule: enough programs for the SMs, big blocks for big tensors ---------------
