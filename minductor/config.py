@@ -32,7 +32,7 @@ class Config:
     fusion_memory_factor: int = 32
     # largest block a pointwise kernel uses (ch. 15)
     max_xblock: int = 1024
-    # reductions over at most this many elements keep a whole row in registers (ch. 15)
+    # reductions over at most this many elements keep a whole row in registers (ch. 16)
     persistent_reduction_limit: int = 4096
     # ...but only this many when the reduced dimension is not contiguous (ch. 14)
     outer_persistent_limit: int = 64

@@ -158,9 +158,9 @@ def pointwise_blocks(numel: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=None)
 def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
-    """Blocks for a persistent kernel whose row length is known only now (chapter 15's
+    """Blocks for a persistent kernel whose row length is known only now (chapter 16's
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
-    from minductor.codegen_triton import reduction_config
+    from minductor.codegen_reductions import reduction_config
 
     return reduction_config(numel, rnumel, "per", interpret_mode(), inner)
 

@@ -29,7 +29,7 @@
 # that makes those launches; and chapter 11 for the in-place update of an input
 # (`copy_`), the kernel that must not run twice.
 #
-# **Why it matters.** minductor picks block sizes by rule (chapter 15). A rule is
+# **Why it matters.** minductor picks block sizes by rule (chapters 15 and 16). A rule is
 # right for the shapes it was measured on: the performance page records, on an H200,
 # `x.sum(0)` going from 0.56x to 1.01x of eager once a sweep of `XBLOCK` × `RBLOCK` ×
 # warps found a better tile for it (45.5 µs over 4096×8192). Inductor makes that sweep
