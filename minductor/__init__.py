@@ -22,8 +22,9 @@ from minductor import (  # noqa: E402, F401
     indexing,  # ch. 11: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 12: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 13: batch norm in training, its backward, pooling
-    cudagraphs,  # ch. 18: not a lowering; joins capture's graph_wrappers
-    debug,  # ch. 19: debug folders, torch's logs and traces, explain
+    codegen_reductions,  # ch. 16: not a lowering; joins codegen_triton's kernel kinds
+    cudagraphs,  # ch. 19: not a lowering; joins capture's graph_wrappers
+    debug,  # ch. 20: debug folders, torch's logs and traces, explain
 )
 
 
@@ -36,7 +37,7 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
-from minductor.debug import explain  # noqa: E402  (ch. 19)
+from minductor.debug import explain  # noqa: E402  (ch. 20)
 
 _register()
 if config.debug:

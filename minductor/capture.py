@@ -45,7 +45,7 @@ class CompiledGraph:
 
 _observers: list[list[CompiledGraph]] = []
 # called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
-# chapter 19 writes debug folders and logs from here
+# chapter 20 writes debug folders and logs from here
 compile_hooks: list[Callable[..., None]] = []
 
 
@@ -167,7 +167,7 @@ class GraphInfo:
 # each rewrites Dynamo's graph in place before AOTAutograd traces it; gets the graph,
 # its example inputs, and whether a backward will be needed (ch. 12 adds one)
 graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
-# each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 18)
+# each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 19)
 graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
 
 

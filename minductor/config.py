@@ -32,7 +32,7 @@ class Config:
     fusion_memory_factor: int = 32
     # largest block a pointwise kernel uses (ch. 15)
     max_xblock: int = 1024
-    # reductions over at most this many elements keep a whole row in registers (ch. 15)
+    # reductions over at most this many elements keep a whole row in registers (ch. 16)
     persistent_reduction_limit: int = 4096
     # ...but only this many when the reduced dimension is not contiguous (ch. 14)
     outer_persistent_limit: int = 64
@@ -42,19 +42,19 @@ class Config:
     layout_optimization: bool = True
     # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 15)
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
-    # where generated modules are written (ch. 17)
+    # where generated modules are written (ch. 18)
     cache_dir: str = field(default_factory=_default_cache_dir)
-    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 17)
+    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 18)
     max_autotune: bool = False
     # threads that compile a graph's kernels before its first call; 1: each kernel
-    # compiles at its first launch instead (ch. 17)
+    # compiles at its first launch instead (ch. 18)
     compile_threads: int = min(8, os.cpu_count() or 1)
-    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 18)
+    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 19)
     cudagraphs: bool = False
-    # most recordings of a graph (one per input shape) before plain launches (ch. 18)
+    # most recordings of a graph (one per input shape) before plain launches (ch. 19)
     cudagraph_max_recordings: int = 8
     # a debug folder per compiled graph under this one; "" writes none unless
-    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 19)
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 20)
     debug_dir: str = ""
 
     @contextlib.contextmanager

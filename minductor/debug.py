@@ -1,4 +1,4 @@
-# generated from chapters/19_debugging.md — edit there
+# generated from chapters/20_debugging.md — edit there
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# generated from chapters/17_runtime.md — edit there
+# generated from chapters/18_runtime.md — edit there
 
 from __future__ import annotations
 
@@ -158,9 +158,9 @@ def pointwise_blocks(numel: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=None)
 def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
-    """Blocks for a persistent kernel whose row length is known only now (chapter 15's
+    """Blocks for a persistent kernel whose row length is known only now (chapter 16's
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
-    from minductor.codegen_triton import reduction_config
+    from minductor.codegen_reductions import reduction_config
 
     return reduction_config(numel, rnumel, "per", interpret_mode(), inner)
 
@@ -344,7 +344,7 @@ def restride(
         return t  # the usual answer, first: one comparison per convolution of a step
     if t is None:
         raise AssertionError(f"fallback returned no tensor where {size} is read")
-    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 16)
+    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 17)
         return t
     if tuple(t.size()) != size:
         raise AssertionError(

@@ -1,4 +1,4 @@
-# generated from chapters/15_triton.md — edit there
+# generated from chapters/15_triton.md, chapters/16_reductions.md — edit there
 
 import triton
 import triton.language as tl
@@ -14,25 +14,6 @@ def maximum(a, b):
 @triton.jit
 def minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)
-
-
-@triton.jit
-def max_with_nan(x, axis: tl.constexpr):
-    # tl.max may drop NaNs; eager's max returns NaN if any element is NaN
-    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
-    return tl.where(has_nan, float("nan"), tl.max(x, axis))
-
-
-@triton.jit
-def min_with_nan(x, axis: tl.constexpr):
-    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
-    return tl.where(has_nan, float("nan"), tl.min(x, axis))
-
-
-@triton.jit
-def mul(a, b):
-    # a combine function for tl.reduce (prod)
-    return a * b
 
 
 @triton.jit
@@ -129,6 +110,25 @@ def pow(a, b):
     result = tl.where((tl.abs(x) == 1.0) & (tl.abs(y) == float("inf")), 1.0, result)
     result = tl.where((y == 0) | (x == 1), 1.0, result)
     return result.to(a.dtype)
+
+
+@triton.jit
+def max_with_nan(x, axis: tl.constexpr):
+    # tl.max may drop NaNs; eager's max returns NaN if any element is NaN
+    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
+    return tl.where(has_nan, float("nan"), tl.max(x, axis))
+
+
+@triton.jit
+def min_with_nan(x, axis: tl.constexpr):
+    has_nan = tl.max((x != x).to(tl.int8), axis) > 0
+    return tl.where(has_nan, float("nan"), tl.min(x, axis))
+
+
+@triton.jit
+def mul(a, b):
+    # a combine function for tl.reduce (prod)
+    return a * b
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-# generated from chapters/16_wrapper.md — edit there
+# generated from chapters/17_wrapper.md — edit there
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class AllocateLine:
         lay = self.layout
         sizes = f"{_tuple(lay.size)}, {_tuple(lay.stride)}"
         if self.on_current_device and lay.device.type in ("cpu", "cuda"):
-            # chapter 17: torch's C++ allocator entry, no argument parsing
+            # chapter 18: torch's C++ allocator entry, no argument parsing
             allocate = f"empty_strided_{lay.device.type}"
             return f"{self.name} = {allocate}({sizes}, {lay.dtype})"
         return (
@@ -66,7 +66,7 @@ class AllocateLine:
 class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
-    comment: str = ""  # what autotuning chose (chapter 17)
+    comment: str = ""  # what autotuning chose (chapter 18)
     site: str = ""  # the name of its CallSite, for a launch with numbers for sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
 
@@ -341,7 +341,7 @@ class WrapperCodeGen:
                 elif buf not in removed:
                     self.lines += self.allocate(buf, member.node.layout)
             comment = ""
-            if config.max_autotune:  # chapter 17: measure a few blocks, keep the best
+            if config.max_autotune:  # chapter 18: measure a few blocks, keep the best
                 kernel, comment = self.autotune(kernel)
             self.lines.append(KernelCallLine(name, kernel, comment))
         self.plan_frees()

@@ -8,7 +8,7 @@ from helpers import DEVICES, randn, run
 import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import record_compiled
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch16]
 
 
 

@@ -1,5 +1,5 @@
 """argmax/argmin, max/min with indices, Welford moments, nll_loss: eager's values, and
-the kernels they become (chapters 5, 10, 14 and 15)."""
+the kernels they become (chapters 5, 10, 14 and 16)."""
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import record_compiled
 from minductor.config import config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch16]
 
 
 NAN, INF = float("nan"), float("inf")

@@ -1,6 +1,6 @@
 """Scans (cumsum, cumprod, logcumsumexp): eager's values and dtypes on awkward shapes,
 the kernels they become, what falls back, and training through cumsum (chapters 5, 10,
-14 and 15)."""
+14 and 16)."""
 
 import logging
 
@@ -12,7 +12,7 @@ import minductor  # noqa: F401  (registers the backend)
 from minductor import run_and_get_code
 from minductor.capture import record_compiled
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch16]
 
 NAN, INF = float("nan"), float("inf")
 SCAN_FALLBACKS = {"aten.cumsum.default", "aten.cumprod.default"}

@@ -1,4 +1,4 @@
-"""Block sizes chosen from the work (chapter 15) and max-autotune (chapter 17)."""
+"""Block sizes chosen by rule (chapters 15 and 16) and by max-autotune (chapter 18)."""
 
 import json
 import logging
@@ -9,12 +9,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor import runtime
 from minductor.capture import record_compiled
-from minductor.codegen_triton import (
-    MIN_PROGRAMS,
-    generate_kernel,
-    pointwise_config,
-    reduction_config,
-)
+from minductor.codegen_reductions import reduction_config
+from minductor.codegen_triton import MIN_PROGRAMS, generate_kernel, pointwise_config
 from minductor.config import config, settings
 from minductor.lowering import GraphLowering
 from minductor.runtime import (
@@ -25,7 +21,7 @@ from minductor.runtime import (
 )
 from minductor.scheduler import Scheduler
 
-pytestmark = [pytest.mark.ch15, pytest.mark.ch17]
+pytestmark = [pytest.mark.ch15, pytest.mark.ch16, pytest.mark.ch18]
 
 
 # --- the rule: enough programs for the SMs, big blocks for big tensors ---------------

@@ -1,4 +1,4 @@
-"""Host wall time per call with and without CUDA graphs (chapter 18), on a GPU.
+"""Host wall time per call with and without CUDA graphs (chapter 19), on a GPU.
 
 Three workloads, each where the host sets the pace:
   (a) tiny-op chain: 20 rounds of sin/cos/tanh/relu over a 64x64 fp32 tensor;

@@ -1,4 +1,4 @@
-"""Chapter 16: the generated module, its `call`, its memory lines and its benchmark.
+"""Chapter 17: the generated module, its `call`, its memory lines and its benchmark.
 
 The modules are generated from make_fx graphs, loaded with the runtime, run on CPU
 tensors in Triton's interpreter and compared with eager.
@@ -42,7 +42,7 @@ from minductor.wrapper import (
     codegen_op,
 )
 
-pytestmark = pytest.mark.ch16
+pytestmark = pytest.mark.ch17
 
 cpu = torch.device("cpu")
 # generated modules run on CPU tensors in the interpreter, or on a GPU

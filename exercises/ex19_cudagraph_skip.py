@@ -10,24 +10,27 @@
 #     name: python3
 # ---
 
+# generated from exercises/solutions/ex19_cudagraph_skip.py by tools/make_stubs.py;
+# replace each NotImplementedError with your code.
+
 # %% [markdown]
-# # Exercise 18: a new reason not to record a CUDA graph
+# # Exercise 19: a new reason not to record a CUDA graph
 #
 # **Difficulty:** medium.
 #
-# **You will:** write a check for chapter 18's decision table that refuses to record
+# **You will:** write a check for chapter 19's decision table that refuses to record
 # a graph whose replays would copy too many bytes of inputs, register it in
 # `SKIP_CHECKS`, and watch a compiled function run with plain launches, its reason in
 # the log, and its results still right.
 #
-# **It builds on** chapter 18 (*CUDA graphs*): `GraphFacts`, `graph_facts`,
+# **It builds on** chapter 19 (*CUDA graphs*): `GraphFacts`, `graph_facts`,
 # `skip_reason` and its list of checks `SKIP_CHECKS`; the static inputs that are never
 # copied; the CPU stand-in recorder (`SimulatedRecording`) that lets a machine without
 # a GPU run the whole life of a wrapped graph.
 #
 # ## Why a graph might not be worth recording
 #
-# The checks in chapter 18 are all about correctness: a graph that needs the host,
+# The checks in chapter 19 are all about correctness: a graph that needs the host,
 # or that writes into an input we would copy, cannot be replayed right. Your check is
 # about cost. A replay saves the host's launch overhead, some microseconds per kernel.
 # It also adds work: every input that is not static is copied into its placeholder
@@ -95,11 +98,7 @@ def using_check(check):
 
 # %%
 def copied_bytes(facts):
-    # BEGIN SOLUTION
-    return sum(
-        n for i, n in enumerate(facts.input_bytes) if i not in facts.static_inputs
-    )
-    # END SOLUTION
+    raise NotImplementedError("your code here")
 
 
 # %% [markdown]
@@ -116,12 +115,7 @@ def copied_bytes(facts):
 # %%
 def limit_copied_bytes(limit):
     def check(facts):
-        # BEGIN SOLUTION
-        n = copied_bytes(facts)
-        if n > limit:
-            return f"copies {n} bytes of inputs per replay, more than {limit}"
-        return None
-        # END SOLUTION
+        raise NotImplementedError("your code here")
 
     return check
 
@@ -229,7 +223,7 @@ def test_a_small_input_is_still_recorded():
 # %% [markdown]
 # ## Run the checks
 
-# %%
+# %% tags=["raises-exception"]
 test_copied_bytes()
 test_check_on_facts()
 test_a_big_input_is_not_recorded()
@@ -242,5 +236,5 @@ test_a_small_input_is_still_recorded()
 #    (count `CompiledGraph.kernel_names`, at a few microseconds each) against bytes
 #    copied (at your GPU's copy bandwidth). Which facts would the check need?
 # 2. A copied input that the caller passes at the placeholder's own address is not
-#    copied (chapter 18's replay compares data pointers). When does that happen in a
+#    copied (chapter 19's replay compares data pointers). When does that happen in a
 #    training loop, and could the decision know it in advance?

@@ -10,11 +10,8 @@
 #     name: python3
 # ---
 
-# generated from exercises/solutions/ex16_inplace.py by tools/make_stubs.py;
-# replace each NotImplementedError with your code.
-
 # %% [markdown]
-# # Exercise 16: kernels that write over their input
+# # Exercise 17: kernels that write over their input
 #
 # **Difficulty:** medium.
 #
@@ -24,7 +21,7 @@
 # freed (its memory lives on under the output's name). You will decide when that is
 # safe, from the kernel's reads and writes, and measure what it saves at the peak.
 #
-# **It builds on** chapter 16 (*Wrapper*): the plan as a list of lines
+# **It builds on** chapter 17 (*Wrapper*): the plan as a list of lines
 # (`AllocateLine`, `KernelCallLine`, `FreeLine`, `ReuseLine`, ...), `plan_frees`,
 # which frees each name after its last use, and `plan_reuse`, which hands memory freed
 # *between* two kernels to the next allocation of the same size; chapter 14
@@ -121,7 +118,14 @@ print("peak:", peak_bytes(plain.lines), "bytes")
 
 # %%
 def reads_where_written(node, old, new):
-    raise NotImplementedError("your code here")
+    # BEGIN SOLUTION
+    reads = [d for d in node.reads if d.name == old]
+    writes = [d for d in node.writes if d.name == new]
+    if not reads or len(writes) != 1 or not isinstance(writes[0], MemoryDep):
+        return False
+    index = writes[0].index
+    return all(isinstance(d, MemoryDep) and d.index == index for d in reads)
+    # END SOLUTION
 
 
 # %% [markdown]
@@ -146,7 +150,34 @@ def reads_where_written(node, old, new):
 
 # %%
 def plan_inplace(lines, nodes):
-    raise NotImplementedError("your code here")
+    # BEGIN SOLUTION
+    lines = list(lines)
+    allocated = {
+        line.name: (k, line.layout)
+        for k, line in enumerate(lines)
+        if isinstance(line, AllocateLine)
+    }
+    for k, line in enumerate(lines):
+        if not isinstance(line, KernelCallLine) or k + 1 >= len(lines):
+            continue
+        free = lines[k + 1]
+        if not isinstance(free, FreeLine):
+            continue
+        node, args = nodes[k], line.kernel.call_args
+        outputs = [n for n in node.get_names() if n in allocated and n in args]
+        for old in [n for n in free.names if n in args and n in allocated]:
+            for new in outputs:
+                at, layout = allocated[new]
+                same = layout == allocated[old][1]
+                if at < k and same and reads_where_written(node, old, new):
+                    lines[at] = ReuseLine(old, new)
+                    free = FreeLine(tuple(n for n in free.names if n != old))
+                    outputs.remove(new)
+                    del allocated[new]
+                    break
+        lines[k + 1] = free
+    return [line for line in lines if line != FreeLine(())]
+    # END SOLUTION
 
 
 # %% [markdown]
@@ -248,7 +279,7 @@ def test_layouts_must_match():
 # %% [markdown]
 # ## Run the checks
 
-# %% tags=["raises-exception"]
+# %%
 test_epilogues_write_in_place()
 test_not_over_a_graph_input()
 test_not_where_other_elements_are_read()

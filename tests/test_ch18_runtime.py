@@ -1,4 +1,4 @@
-"""Chapter 17: loading generated modules, launching kernels, the runtime helpers."""
+"""Chapter 18: loading generated modules, launching kernels, the runtime helpers."""
 
 import logging
 import os
@@ -23,7 +23,7 @@ from minductor.runtime import (
     restride,
 )
 
-pytestmark = pytest.mark.ch17
+pytestmark = pytest.mark.ch18
 
 # real kernels run on CPU tensors in the interpreter, or on a GPU
 DEVICE = "cpu" if interpret_mode() else "cuda"
