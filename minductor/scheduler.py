@@ -307,11 +307,11 @@ class FusedSchedulerNode(BaseSchedulerNode):
         members = sorted(a.snodes + b.snodes, key=lambda n: order[n.get_name()])
         return FusedSchedulerNode(tuple(members))
 
-    @property
+    @functools.cached_property  # asked for at every fusion the node is weighed in
     def writes(self) -> frozenset[Dep]:
         return frozenset().union(*(n.writes for n in self.snodes))
 
-    @property
+    @functools.cached_property
     def reads(self) -> frozenset[Dep]:
         written = self.get_names()
         every = frozenset().union(*(n.reads for n in self.snodes))
