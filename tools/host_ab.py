@@ -1,11 +1,11 @@
-"""Host time per step of two backends, measured in turns in one process, on a GPU.
+"""Host time per step of the backends, measured in turns in one process, on a GPU.
 
 A step's wall time on a host-bound model is the host's time, and a host's speed drifts
 (other jobs, clocks): two backends measured one after the other can differ by tens of
-percent for no reason of their own. Here both are compiled first, then timed in
-alternating rounds (which one goes first alternates too), and each round's median is
-kept. Then a cProfile of one warm step of each, the functions by their own time, side by
-side. Run on a GPU:
+percent for no reason of their own. Here all are compiled first, then timed in
+alternating rounds (the order reverses every round), and each round's median is kept;
+eager takes its turns too. Then a cProfile of one warm step of each compiled backend,
+the functions by their own time, side by side. Run on a GPU:
     PYTHONPATH=$PWD python tools/host_ab.py resnet50 inference bf16 [rounds]
 """
 
@@ -22,7 +22,8 @@ from minductor.models import DTYPES, frozen_heap, on_device, step, timed
 sys.path.insert(0, "tools")
 from profile_model import build  # noqa: E402
 
-BACKENDS = ("inductor", "minductor")
+BACKENDS = ("eager", "inductor", "minductor")
+COMPILED = BACKENDS[1:]
 
 
 def timed_steps(fn, x, training: bool, n: int) -> float:
@@ -54,7 +55,9 @@ def main(name: str, mode: str, dtype: str, rounds: int = 8) -> None:
     for backend in BACKENDS:  # two cache entries on one code object; a hit moves its
         # entry to the front, so only a round's first step tries the other's guards
         model = copy.deepcopy(reference).to("cuda", DTYPES[dtype]).train(training)
-        fns[backend] = torch.compile(model, backend=backend)
+        fns[backend] = (
+            model if backend == "eager" else torch.compile(model, backend=backend)
+        )
         for _ in range(3):
             step(fns[backend], x, training)
     medians = {b: [] for b in BACKENDS}
@@ -68,17 +71,17 @@ def main(name: str, mode: str, dtype: str, rounds: int = 8) -> None:
     for backend, ms in medians.items():
         print(f"| {backend} | {statistics.median(ms):.2f} | {min(ms):.2f} | "
               f"{max(ms):.2f} |")
-    profiles = {b: own_times(fns[b], x, training) for b in BACKENDS}
+    profiles = {b: own_times(fns[b], x, training) for b in COMPILED}
     names = sorted(
         set().union(*profiles.values()),
         key=lambda k: -max(p.get(k, 0.0) for p in profiles.values()),
     )
-    print("\n| function (own time, µs per step) | " + " | ".join(BACKENDS) + " |")
-    print("|---|" + "---:|" * len(BACKENDS))
+    print("\n| function (own time, µs per step) | " + " | ".join(COMPILED) + " |")
+    print("|---|" + "---:|" * len(COMPILED))
     for key in names[:40]:
-        cells = " | ".join(f"{profiles[b].get(key, 0.0):.0f}" for b in BACKENDS)
+        cells = " | ".join(f"{profiles[b].get(key, 0.0):.0f}" for b in COMPILED)
         print(f"| {key} | {cells} |")
-    totals = " | ".join(f"{sum(profiles[b].values()):.0f}" for b in BACKENDS)
+    totals = " | ".join(f"{sum(profiles[b].values()):.0f}" for b in COMPILED)
     print(f"| total | {totals} |")
 
 
