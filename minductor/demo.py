@@ -28,8 +28,9 @@ def run(fn, *args) -> tuple[str, bool]:
     for name in names:
         start = source.index("@triton.jit\ndef " + name)
         lines.append(source[start : source.index("\n\n", start)])
+    sites = [ln for ln in source.splitlines() if " = CallSite(" in ln]
     call = source[source.index("def call") : source.index("def benchmark")]
-    lines.append(call.rstrip())
+    lines += [*sites, call.rstrip()]  # each launch line's launcher, then `call`
     ok = torch.allclose(result, expected, atol=1e-5, rtol=1e-5)
     verdict = "OK" if ok else "MISMATCH"
     lines.append(f"check against eager: max abs error {error:.2e} -> {verdict}")
