@@ -107,6 +107,14 @@ class Launcher:
             self.device = _current_device()
             self.grid3 = self.grid + (1,) * (3 - len(self.grid))
 
+    def named(self, *args) -> None:
+        """A launch in a profiler range named after the kernel, while one runs."""
+        if _autograd_profiler._is_profiler_enabled:
+            with torch._C._profiler._RecordFunctionFast(self.kernel.__name__):
+                self(*args)
+            return
+        self(*args)
+
     def warm_up(self, *args) -> None:
         """Compile the binary for arguments like these, and load it, launching
         nothing (`precompile`, below; `_init_handles` is private to Triton, so it is
@@ -118,6 +126,9 @@ class Launcher:
         if load is not None:  # on the GPU, with its launcher built
             load()
 
+
+# read at every launch: torch sets it while a profiler runs
+_autograd_profiler = torch.autograd.profiler
 
 # torch.cuda.current_device() checks that CUDA is initialized first: three Python calls
 # per launch; the C function alone, where this torch has CUDA
@@ -199,15 +210,9 @@ def launch(
     if args and not isinstance(args[-1], torch.Tensor):
         symbols = tuple(a for a in args if not isinstance(a, torch.Tensor))
     launcher = launcher_for(kernel, sizes, symbols, XBLOCK, RBLOCK, num_warps)
-    if torch.autograd.profiler._is_profiler_enabled:  # a range named after the kernel
-        with torch._C._profiler._RecordFunctionFast(kernel.__name__):
-            launcher(*args, *sizes)
-        return
-    launcher(*args, *sizes)
+    launcher.named(*args, *sizes)  # in a range named after the kernel, if profiling
 
 
-# read at every launch: torch sets it while a profiler runs
-_autograd_profiler = torch.autograd.profiler
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -251,11 +256,7 @@ class CallSite:
                     *self.tail,
                 )
                 return
-        if _autograd_profiler._is_profiler_enabled:
-            with torch._C._profiler._RecordFunctionFast(self.kernel.__name__):
-                launcher(*buffers, *self.sizes)
-            return
-        launcher(*buffers, *self.sizes)
+        launcher.named(*buffers, *self.sizes)
 
     def through(self, launch_fn: Callable) -> Callable:
         """This site's launches made by `launch_fn`, a function like `launch`."""

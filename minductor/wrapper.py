@@ -71,10 +71,13 @@ class KernelCallLine:
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
 
     def codegen(self) -> str:
+        line = self.launch_line()
+        return f"{self.comment}\n{line}" if self.comment else line
+
+    def launch_line(self) -> str:
         k = self.kernel
         if self.site:  # sizes and blocks are bound in the site (below)
-            line = f"{self.site}({', '.join(k.call_args)})"
-            return f"{self.comment}\n{line}" if self.comment else line
+            return f"{self.site}({', '.join(k.call_args)})"
         args = ", ".join(k.call_args + k.size_args)
         numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
@@ -85,8 +88,7 @@ class KernelCallLine:
             meta = f"**persistent_blocks({numel}, {rnumel}, inner={inner})"
         if "RBLOCK" in dict(k.meta):  # a reduction: its size goes too
             meta = f"rnumel={rnumel}, {meta}"
-        line = f"launch({self.kernel_name}, {numel}, {args}, {meta})"
-        return f"{self.comment}\n{line}" if self.comment else line
+        return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
 
     def uses(self) -> tuple[str, ...]:
         return self.kernel.call_args
