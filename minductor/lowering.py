@@ -153,15 +153,17 @@ def _moved_to_device(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> set[str
 
 
 def _check_devices(names: Sequence[str], inputs: Sequence[Any]) -> torch.device | None:
+    """The device the graph's kernels run on: its inputs' one GPU, else the CPU."""
     where = {n: t.device for n, t in zip(names, inputs) if isinstance(t, torch.Tensor)}
-    if len({d.type for d in where.values()}) > 1 or len(set(where.values())) > 1:
+    gpus = {d for d in where.values() if d.type != "cpu"}
+    if len(gpus) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in where.items())
         raise MixedDeviceError(
-            f"minductor compiles a graph for one device, but its inputs are on "
+            f"minductor compiles a graph for one GPU, but its inputs are on "
             f"several: "
             f"{listing}. Move them to one device before calling the compiled function."
         )
-    return next(iter(where.values()), None)
+    return next(iter(gpus), None) or next(iter(where.values()), None)
 
 
 def _no_overlap(size, stride) -> bool:
@@ -320,6 +322,10 @@ class GraphLowering(torch.fx.Interpreter):
         lowering = lowerings.get(target)
         if lowering is None:
             return self.fallback(target, args, kwargs, reason="no lowering")
+        if self._cpu_in_gpu_graph(_on(meta)):
+            reason = f"computes on the CPU; the graph's kernels run on {self.device}"
+            return self.fallback(target, args, kwargs, reason=reason)
+        args, kwargs = self._to_graph_device((args, kwargs))
         try:
             graph = (self,) if getattr(lowering, "wants_graph", False) else ()
             result = lowering(*graph, *args, **kwargs)
@@ -334,6 +340,37 @@ class GraphLowering(torch.fx.Interpreter):
         if why_not is not None:  # a CPU constant in a CUDA graph, a complex view
             return self.fallback(target, args, kwargs, reason=why_not)
         return result
+
+    def _cpu_in_gpu_graph(self, devices: set[torch.device]) -> bool:
+        """Whether one of devices is the CPU, where the graph's kernels run on a GPU."""
+        gpu = self.device is not None and self.device.type != "cpu"
+        return gpu and any(d.type == "cpu" for d in devices)
+
+    def _to_graph_device(self, value: Any) -> Any:
+        """value with each CPU tensor in it copied to the graph's GPU, by ATen: what an
+        op computing there reads (eager copies a CPU index or number itself)."""
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._to_graph_device(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._to_graph_device(v) for k, v in value.items()}
+        if not isinstance(value, TensorBox):
+            return value
+        if not self._cpu_in_gpu_graph({value.get_device()}):
+            return value
+        buf = self.realize_viewed(value)
+        key = ("device", buf.name)
+        if key not in self.copies:
+            layout = FixedLayout.contiguous(self.device, buf.get_dtype(), buf.get_size())
+            copy = FallbackKernel(
+                self.new_buffer_name(),
+                layout,
+                aten._to_copy.default,
+                (buf,),
+                dict(device=self.device, memory_format=torch.contiguous_format),
+            )
+            self.register_buffer(copy)
+            self.copies[key] = copy
+        return TensorBox(self.copies[key])
 
     def _no_kernel_for(self, result: Any) -> str | None:
         """Why the graph's kernels could not compute a body in result, if so."""
@@ -513,6 +550,8 @@ class GraphLowering(torch.fx.Interpreter):
     def require_strides(self, buf: Buffer, stride: tuple[sympy.Expr, ...]) -> Buffer:
         """buf, or a copy of it with these strides (sizes of 1 do not count)."""
         layout = buf.layout
+        if self._cpu_in_gpu_graph({layout.device}):  # made by ATen, eager's strides
+            return buf
         pairs = zip(layout.size, layout.stride, stride)
         if all(n == 1 or s == want for n, s, want in pairs):
             return buf

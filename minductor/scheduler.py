@@ -410,18 +410,17 @@ class Scheduler:
         size = len(a.snodes) + len(b.snodes)
         if size > config.max_fusion_size:
             return False, f"{size} nodes exceed max_fusion_size"
-        fused = FusedSchedulerNode(a.snodes + b.snodes)
-        looped = not is_persistent(fused, self.graph.sizevars)
-        for first, second in ((a, b), (b, a)):
-            written = {d.name: d for d in first.writes}
-            late = {m.get_name() for m in first.snodes if _after_loop_value(m)}
-            for member in second.snodes:
+        if not is_persistent(FusedSchedulerNode(members), self.graph.sizevars):
+            late = {m.get_name() for m in members if _after_loop_value(m)}
+            for member in members:
                 too_early = sorted(member.read_names() & late)
-                if looped and member.rloop.sizes and too_early:
+                if member.rloop.sizes and too_early:
                     return False, (
                         f"{member.get_name()} reads {too_early[0]} inside the loop, "
                         f"but a looped kernel has it only after its loop"
                     )
+        for first, second in ((a, b), (b, a)):
+            written = {d.name: d for d in first.writes}
             for dep in second.reads:
                 if isinstance(dep, WeakDep):  # orders only: nothing is read
                     continue

@@ -13,6 +13,7 @@ import pytest
 import sympy
 import torch
 from helpers import assert_same, check, evaluate, lower
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.config import config
@@ -139,27 +140,35 @@ def test_multi_output_feeds_a_pointwise_consumer():
 # --- devices --------------------------------------------------------------------------
 
 
+def fake_cuda(*size):  # a CUDA tensor without a GPU: a fake one
+    with FakeTensorMode():
+        return torch.empty(*size, device="cuda")
+
+
 def test_check_devices_names_every_input_and_its_device():
-    a, b = torch.empty(3), torch.empty(3, device="meta")
+    a, b, c = torch.empty(3), torch.empty(3, device="meta"), fake_cuda(3)
     with pytest.raises(MixedDeviceError) as info:
-        _check_devices(["arg0_1", "arg1_1"], [a, b, 5])
+        _check_devices(["arg0_1", "arg1_1", "n", "arg2_1"], [a, b, 5, c])
     message = str(info.value)
     assert "arg0_1 on cpu" in message and "arg1_1 on meta" in message
     assert "Move them to one device" in message
 
 
-def test_check_devices_accepts_one_device_and_ignores_non_tensors():
+def test_check_devices_picks_the_gpu_and_ignores_non_tensors():
     assert _check_devices(
         ["a", "n", "b"], [torch.empty(1), 3, torch.empty(2)]
     ) == torch.device("cpu")
+    # CPU tensors beside one GPU's: the graph's kernels run on the GPU
+    meta = torch.device("meta")  # "meta" stands in for a GPU
+    assert _check_devices(["a", "b"], [torch.empty(1), torch.empty(1, device=meta)]) == meta
     assert _check_devices(["n"], [3]) is None
     assert _check_devices([], []) is None
 
 
-def test_graph_lowering_refuses_mixed_devices_up_front():
+def test_graph_lowering_refuses_two_gpus_up_front():
     gm = make_fx(lambda a, b: (a + 1, b + 1))(torch.empty(3), torch.empty(3))
-    with pytest.raises(MixedDeviceError, match="a_1 on cpu, b_1 on meta"):
-        GraphLowering(gm, [torch.empty(3), torch.empty(3, device="meta")])
+    with pytest.raises(MixedDeviceError, match="a_1 on meta, b_1 on cuda:0"):
+        GraphLowering(gm, [torch.empty(3, device="meta"), fake_cuda(3)])
 
 
 def _moved(fn, *inputs):
@@ -178,13 +187,47 @@ def test_cpu_inputs_that_eager_moves_to_the_gpu_are_moved():
     ) == {"i_1"}
     # through a view that stays on the CPU: eager moves the view
     assert _moved(lambda x, i: x[i[:1]], x, idx) == {"i_1"}
-    # a reader that computes on the CPU keeps its input there: still an error
+    # a reader that computes on the CPU keeps its input there (next test)
     assert _moved(lambda x, i: (x[i], i + 1), x, idx) == set()
-    gm = make_fx(lambda x, i: (x[i], i + 1))(x, idx)
-    with pytest.raises(MixedDeviceError, match="i_1 on cpu"):
-        GraphLowering(gm, [x, idx])
     # one device, or no GPU at all: nothing moves
     assert _moved(lambda a, b: a + b, torch.ones(2), torch.tensor(1.0)) == set()
+
+
+def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
+    # BEiT's relative positions: arange on the CPU, arithmetic, a cat, then an index
+    # into a GPU table; and a CPU input that a CPU op reads besides a GPU op
+    def f(x, table, i):
+        coords = torch.arange(3)
+        rel = torch.cat([coords[:, None] - coords[None], coords[None] * 2]).flatten()
+        return x + table[rel], i + 1, x[i]
+
+    x, table = torch.empty(12, device="meta"), torch.empty(5, device="meta")
+    i = torch.tensor([0, 2])
+    gm = make_fx(f)(x, table, i)
+    graph = GraphLowering(gm, [x, table, i]).lower()
+    on_cpu = {
+        op for op, why in graph.fallback_reasons if why.startswith("computes on the CPU")
+    }
+    assert on_cpu == {
+        "aten.arange.default", "aten.sub.Tensor", "aten.mul.Tensor", "aten.cat.default",
+        "aten.add.Tensor", "aten.unsqueeze.default", "aten.view.default",
+    }
+    kernels = [b for b in graph.buffers if not isinstance(b, FallbackKernel)]
+    assert all(b.get_device() == x.device for b in kernels)
+    # each GPU read of a CPU value goes through one copy, made by ATen: the flattened
+    # positions, which the GPU's index reads, and the CPU input i, which x[i] reads
+    flat = next(
+        b for b in graph.buffers
+        if isinstance(b, FallbackKernel) and b.op == aten.view.default
+        and b.get_size() == (12,)
+    )
+    copies = [
+        b for b in graph.buffers
+        if isinstance(b, FallbackKernel) and b.op == aten._to_copy.default
+    ]
+    assert [c.args[0].name for c in copies] == [flat.name, "i_1"]
+    assert flat.get_device().type == "cpu"
+    assert all(c.get_device() == x.device for c in copies)
 
 
 # --- the check against eager ----------------------------------------------------------
@@ -313,7 +356,7 @@ def test_a_body_on_another_device_than_the_graph_is_left_to_aten(caplog):
     with caplog.at_level(logging.DEBUG, logger="minductor"):
         graph = GraphLowering(make_fx(f)(x), [x]).lower()
     assert graph.fallbacks == ["aten.ones.default"]
-    assert "computes on cpu; the graph's kernels on meta" in caplog.text
+    assert "computes on the CPU; the graph's kernels run on meta" in caplog.text
 
 
 

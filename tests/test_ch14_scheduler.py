@@ -24,6 +24,7 @@ from minductor.scheduler import (
     SchedulerNode,
     StarDep,
     fusion_rules,
+    is_persistent,
     register_fusion_rule,
 )
 from minductor.sizevars import SizeVarAllocator, index_vars
@@ -436,3 +437,32 @@ def test_distant_siblings_stay_apart_when_fusing_would_hold_memory(restore_confi
     config.fusion_memory_factor = 10**12
     fused = schedule(f, *args)
     assert len(batch_sums(fused)) < 4, fused.fusion_log
+
+
+def test_a_fusion_that_makes_a_kernel_loop_checks_every_member(restore_config):
+    # MobileViT's layer norm: h = a + b read with a stride (an unfolded patch), its
+    # row sums, and h minus them. The sums and their reader fuse first, a persistent
+    # kernel; h then joins, and its strided read makes the rows an outer reduction,
+    # which loops (96 > outer_persistent_limit): the reader inside the loop would
+    # read the sums before the loop has made them
+    def f(a, b):
+        h = a + b.permute(0, 2, 1).reshape(-1, 96)
+        return h, h - h.sum(1, keepdim=True)
+
+    config.max_fusion_size = 1  # no fusion yet: we fuse by hand, in MobileViT's order
+    config.realize_reads_threshold = 1  # h in memory, as MobileViT's is
+    s = schedule(f, torch.randn(8, 96), torch.randn(2, 96, 4))
+    config.max_fusion_size = 64
+    h, sums, centred = s.nodes
+    assert sums.is_reduction() and is_persistent(sums)
+    assert s.can_fuse(h, sums)[0]  # alone, the sums may loop: nothing reads them early
+    stats = FusedSchedulerNode.fuse(*s.align(sums, centred), s.order)
+    assert is_persistent(stats)
+    s.nodes = s._topological_sort([h, stats])
+    s._ancestors_cache = s._ancestors()
+    split_h, _ = s.align(h, stats)  # h on the rows' loops
+    assert not is_persistent(FusedSchedulerNode(split_h.snodes + stats.snodes))
+    assert s.can_fuse(h, stats) == (
+        False,
+        "buf2 reads buf1 inside the loop, but a looped kernel has it only after its loop",
+    )

@@ -174,3 +174,55 @@ def test_a_memory_format_changes_no_value(case, device):
     assert fallbacks == (["aten.cumsum.default"] if case == "into a fallback" else [])
     torch._dynamo.reset()
     assert torch.compile(fn, backend="minductor")(x).stride() == fn(x).stride()
+
+
+def _relative_positions(x, table):  # BEiT: a table built on the CPU at every call
+    coords = torch.arange(4)
+    rel = (coords[:, None] - coords[None] + 3).flatten()
+    return x + table[torch.cat([rel, rel[:2]])]
+
+
+CPU_IN_GPU = {  # (function, its inputs on the GPU, its inputs on the CPU)
+    "relative positions": (_relative_positions, [(18,), (7,)], []),
+    "a CPU number computed in the graph": (
+        lambda x: x * torch.tensor(4.0).sqrt() + torch.tensor([1.0, 2.0]).sum(),
+        [(5,)],
+        [],
+    ),
+    "a CPU input read on both devices": (lambda x, i: (x[i], i * 2), [(6,)], [(3,)]),
+    "index_put at indices built on the CPU": (
+        lambda x, v: x.index_put((torch.arange(3) * 2,), v, accumulate=True),
+        [(7,), (3,)],
+        [],
+    ),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", list(CPU_IN_GPU))
+def test_cpu_work_inside_a_gpu_graph_runs_on_the_cpu(case):
+    fn, gpu, cpu = CPU_IN_GPU[case]
+    args = [torch.randn(s, device="cuda") for s in gpu]
+    args += [torch.tensor([4, 0, 5][: s[0]]) for s in cpu]
+    _, fallbacks = run(fn, *args)
+    assert fallbacks  # the CPU's share, through ATen
+    if case == "relative positions":
+        assert "aten.arange.default" in fallbacks and "aten.cat.default" in fallbacks
+
+
+@pytest.mark.cuda
+def test_a_cpu_tensor_saved_for_the_backward_stays_on_the_cpu():
+    # Swin V2: the forward indexes a GPU table with positions built on the CPU, and the
+    # backward receives them, a CPU input beside GPU ones
+    table = torch.randn(7, device="cuda", requires_grad=True)
+    x = torch.randn(18, device="cuda", requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(_relative_positions, backend="minductor")
+    out = compiled(x, table)
+    (out * out).sum().backward()
+    got = (out.detach(), x.grad.clone(), table.grad.clone())
+    x.grad = table.grad = None
+    ref = _relative_positions(x, table)
+    (ref * ref).sum().backward()
+    for g, e in zip(got, (ref.detach(), x.grad, table.grad)):
+        torch.testing.assert_close(g, e)
