@@ -18,6 +18,7 @@ On a CPU, `--tiny` shrinks everything for Triton's interpreter (slow).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -97,14 +98,13 @@ def timm_model(name: str, **settings):
     def build(sizes: dict[str, int]) -> torch.nn.Module:
         import timm
 
-        model = timm.create_model(
-            name,
-            pretrained=False,
-            num_classes=sizes["classes"],
-            drop_rate=0.0,
-            drop_path_rate=0.0,
-            **settings,
+        make = functools.partial(
+            timm.create_model, name, pretrained=False, num_classes=sizes["classes"]
         )
+        try:
+            model = make(drop_rate=0.0, drop_path_rate=0.0, **settings)
+        except TypeError:  # a model with no stochastic depth to turn off
+            model = make(drop_rate=0.0, **settings)
         return zero_dropout_modules(model)
 
     return build
