@@ -28,7 +28,7 @@ from minductor.pointwise import (
     broadcast_shapes,
     converting_loader,
 )
-from minductor.factories import clone
+from minductor.factories import _convert, clone
 from minductor.ops import ops
 from minductor.sizevars import product
 from minductor.views import view
@@ -169,7 +169,6 @@ def index(x, indices):
 
 
 ATOMIC_ADD_DTYPES = (
-    torch.float16,
     torch.float32,
     torch.float64,
     torch.int32,
@@ -177,10 +176,18 @@ ATOMIC_ADD_DTYPES = (
 )
 
 
+WIDENED = {torch.float16: torch.float32, torch.bfloat16: torch.float32}  # to sum in
+
+
 def _scatter(graph, x, ranges, where, value, mode, origin: str) -> TensorBox:
     """A copy of x, then a MutationBuffer writing value(i) at x's position where(i)."""
     if x.get_dtype() not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {x.get_dtype()}")
+    if mode == "atomic_add" and x.get_dtype() in WIDENED:  # sum wide, round once
+        wide = WIDENED[x.get_dtype()]
+        widened = lambda i: ops.to_dtype(value(i), wide)  # noqa: E731
+        summed = _scatter(graph, _convert(x, wide), ranges, where, widened, mode, origin)
+        return _convert(summed, x.get_dtype())
     if mode == "atomic_add" and x.get_dtype() not in ATOMIC_ADD_DTYPES:
         raise Unsupported(f"atomic add of {x.get_dtype()}")
     target = graph.realize_intermediate(clone(x))

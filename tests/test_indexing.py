@@ -366,9 +366,34 @@ def test_scatters_that_fall_back(device):
         src,
     )
     assert fallbacks == ["aten.scatter_reduce.two"]
-    xb, sb = x.to(torch.bfloat16), src.to(torch.bfloat16)
-    _, fallbacks = run(lambda x, i, s: x.scatter_add(1, i, s), xb, idx, sb, atol=1e-2)
-    assert fallbacks == ["aten.scatter_add.default"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_sums_of_a_scatter_are_taken_in_float32(device, dtype):
+    # a relative-position table's backward: a few entries, hundreds of gradients each,
+    # all positive, so that roundings at every add would pile up
+    table = torch.randn(7, 3, device=device).to(dtype)
+    idx = torch.randint(0, 7, (600,), device=device)
+    grads = torch.rand(600, 3, device=device).to(dtype)
+    ulp = 2**-7 if dtype == torch.bfloat16 else 2**-10  # relative, one unit
+
+    def accumulate(t, i, g):
+        return t.index_put((i,), g, accumulate=True)
+
+    exact = accumulate(table.double(), idx, grads.double()).to(dtype)
+    kernels, fallbacks = run(
+        accumulate, table, idx, grads, atol=0, rtol=ulp, expected=exact
+    )
+    assert fallbacks == [] and len(kernels) == 3  # widen, add atomically, round
+    columns = torch.randint(0, 3, (7, 40), device=device)
+    wide = torch.rand(7, 40, device=device).to(dtype)
+    exact = table.double().scatter_add(1, columns, wide.double()).to(dtype)
+    _, fallbacks = run(
+        lambda t, i, s: t.scatter_add(1, i, s), table, columns, wide,
+        atol=0, rtol=ulp, expected=exact,
+    )
+    assert fallbacks == []
 
 
 @cpu_only
