@@ -322,7 +322,7 @@ class GraphLowering(torch.fx.Interpreter):
         lowering = lowerings.get(target)
         if lowering is None:
             return self.fallback(target, args, kwargs, reason="no lowering")
-        if self._cpu_in_gpu_graph(_on(meta)):
+        if self._cpu_work(meta, args):
             reason = f"computes on the CPU; the graph's kernels run on {self.device}"
             return self.fallback(target, args, kwargs, reason=reason)
         args, kwargs = self._to_graph_device((args, kwargs))
@@ -345,6 +345,23 @@ class GraphLowering(torch.fx.Interpreter):
         """Whether one of devices is the CPU, where the graph's kernels run on a GPU."""
         gpu = self.device is not None and self.device.type != "cpu"
         return gpu and any(d.type == "cpu" for d in devices)
+
+    def _cpu_work(self, meta: Any, args: Any) -> bool:
+        """Whether a node computes on the CPU in a GPU graph: its result is there, and
+        is not a number (0-dim) made of values already on the GPU, as the 0-dim CPU
+        constants are (`get_attr`): those stay numbers in the kernels that read them."""
+        if not self._cpu_in_gpu_graph(_on(meta)):
+            return False
+        if not (isinstance(meta, torch.Tensor) and meta.dim() == 0):
+            return True
+        boxes, pending = [], [args]
+        while pending:
+            a = pending.pop()
+            if isinstance(a, (list, tuple)):
+                pending += a
+            elif isinstance(a, TensorBox):
+                boxes.append(a)
+        return self._cpu_in_gpu_graph({b.get_device() for b in boxes})
 
     def _to_graph_device(self, value: Any) -> Any:
         """value with each CPU tensor in it copied to the graph's GPU, by ATen: what an

@@ -195,11 +195,13 @@ def test_cpu_inputs_that_eager_moves_to_the_gpu_are_moved():
 
 def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
     # BEiT's relative positions: arange on the CPU, arithmetic, a cat, then an index
-    # into a GPU table; and a CPU input that a CPU op reads besides a GPU op
+    # into a GPU table; a CPU input that a CPU op reads besides a GPU op; and numbers,
+    # 0-dim CPU constants, which stay numbers in the GPU's kernels
     def f(x, table, i):
         coords = torch.arange(3)
         rel = torch.cat([coords[:, None] - coords[None], coords[None] * 2]).flatten()
-        return x + table[rel], i + 1, x[i]
+        numbers = x * torch.tensor(2.0) + torch.tensor(3.0).sqrt()
+        return x + table[rel], i + 1, x[i], numbers
 
     x, table = torch.empty(12, device="meta"), torch.empty(5, device="meta")
     i = torch.tensor([0, 2])
@@ -212,6 +214,7 @@ def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
         "aten.arange.default", "aten.sub.Tensor", "aten.mul.Tensor", "aten.cat.default",
         "aten.add.Tensor", "aten.unsqueeze.default", "aten.view.default",
     }
+    assert len(graph.fallbacks) == len(on_cpu) + 2  # two unsqueezes more: no constant
     kernels = [b for b in graph.buffers if not isinstance(b, FallbackKernel)]
     assert all(b.get_device() == x.device for b in kernels)
     # each GPU read of a CPU value goes through one copy, made by ATen: the flattened

@@ -284,7 +284,8 @@ def test_scatter_add_sums_repeated_positions(device, dtype):
         atol=tol,
         rtol=tol,
     )
-    assert len(kernels) == 2 and fallbacks == []
+    # a half-precision target sums in float32: widened first, rounded after
+    assert len(kernels) == (3 if dtype == torch.float16 else 2) and fallbacks == []
     rows = torch.randint(0, 4, (9, 6), device=device)
     run(
         lambda x, i, s: x.scatter_add(0, i, s),
