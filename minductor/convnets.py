@@ -418,6 +418,44 @@ def adaptive_avg_pool2d_backward(grad, x):
     return (spread / (kh * kw)).reshape(x.shape).to(x.dtype)
 
 
+def _whole_image(x, kernel_size, stride, padding, ceil_mode) -> int | None:
+    """The divisor of an avg_pool2d whose one window covers the whole image, or None."""
+    kernel, stride, padding = _avg_options(kernel_size, stride, padding)
+    hw = x.shape[-2:]
+    if any(padding) or not all(isinstance(n, int) for n in hw):
+        return None
+    out = [pool_size(n, k, s, 0, 1, ceil_mode) for n, k, s in zip(hw, kernel, stride)]
+    if out != [1, 1] or any(k < n for k, n in zip(kernel, hw)):
+        return None
+    return hw[0] * hw[1]
+
+
+@register_decomposition(aten.avg_pool2d)
+def avg_pool2d_of_whole_image(
+    x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+    divisor_override=None,
+):
+    count = _whole_image(x, kernel_size, stride, padding, ceil_mode)
+    if count is None or not x.dtype.is_floating_point:
+        return NotImplemented
+    if divisor_override is None:
+        return x.mean((-2, -1), keepdim=True)
+    wide = torch.promote_types(x.dtype, torch.float32)  # one rounding, as eager's
+    total = x.sum((-2, -1), keepdim=True, dtype=wide)
+    return (total / divisor_override).to(x.dtype)
+
+
+@register_decomposition(aten.avg_pool2d_backward)
+def avg_pool2d_backward_of_whole_image(
+    grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override,
+):
+    count = _whole_image(x, kernel_size, stride, padding, ceil_mode)
+    if count is None:
+        return NotImplemented
+    return (grad / (divisor_override or count)).expand(x.shape).to(x.dtype)
+
+
 # where each op keeps its convolution's input, weight and groups among its arguments
 CONVOLUTIONS = {
     aten.convolution.default: (0, 1, 8),

@@ -187,12 +187,37 @@ def test_adaptive_avg_pool2d_with_unequal_windows_goes_to_aten(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_average_over_the_whole_image_is_a_mean(device, dtype):
+    # Hugging Face EfficientNet's head: a 7 x 5 map pooled with a kernel 1280 wide
+    # (ceil_mode keeps one window); unrolled, the body would be 1280 * 1280 loads
+    x = torch.randn(2, 4, 7, 5, device=device).to(dtype)
+    tol = dict(atol=1e-2, rtol=1e-2) if dtype == torch.bfloat16 else {}
+    for pool in (
+        lambda x: F.avg_pool2d(x, 1280, ceil_mode=True),
+        lambda x: F.avg_pool2d(x, (7, 5), divisor_override=3),
+        lambda x: F.avg_pool2d(x, (9, 5), ceil_mode=True, count_include_pad=False),
+    ):
+        _, fallbacks = run(pool, x, **tol)
+        assert fallbacks == []
+        xg = x.clone().requires_grad_()
+        g = torch.randn_like(pool(xg))
+        expected = torch.autograd.grad(pool(xg), xg, g)[0]
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            compiled = torch.compile(pool, backend="minductor")
+            got = torch.autograd.grad(compiled(xg), xg, g)[0]
+        torch.testing.assert_close(got, expected, **tol)
+        assert [f for gr in graphs for f in gr.fallbacks] == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_pooling_window_too_large_to_unroll_goes_to_aten(device):
-    # EfficientNet's head: a 3 x 3 map pooled with a kernel 1280 wide (ceil_mode keeps
-    # one window); unrolled, the body would be 1280 * 1280 loads
-    x = torch.randn(2, 4, 3, 3, device=device, requires_grad=True)
+    # windows too large to unroll, that are not the whole image: 6 x 6 windows over
+    # a 9 x 9 map (four of them), and a max pool over the whole image
+    x = torch.randn(2, 4, 9, 9, device=device, requires_grad=True)
     pools = {
-        "aten.avg_pool2d.default": lambda x: F.avg_pool2d(x, 1280, ceil_mode=True),
+        "aten.avg_pool2d.default": lambda x: F.avg_pool2d(x, 6, 3),
         "aten.max_pool2d_with_indices.default": lambda x: F.max_pool2d(
             x, 1280, ceil_mode=True
         ),
@@ -291,6 +316,14 @@ def _decomposition_cases():
         ],
         aten._adaptive_avg_pool2d.default: [(x, [1, 1]), (x, [1, 2]), (x, [5, 2])],
         aten._adaptive_avg_pool2d_backward.default: [(g, x)],
+        aten.avg_pool2d.default: [
+            (x, [1280, 1280], [], [0, 0], True),
+            (x, list(x.shape[-2:]), [2, 2], [0, 0], False, True, 5),
+        ],
+        aten.avg_pool2d_backward.default: [
+            (x.mean((-2, -1), keepdim=True), x, [99, 99], [99, 99], [0, 0], True,
+             True, None),
+        ],
     }
 
 
@@ -301,11 +334,15 @@ def test_every_decomposition_of_the_chapter_matches_eager():
     ours = {
         op
         for op, fn in decompositions.items()
-        if fn.__module__ == "minductor.convnets" and op._overloadname != "out"
+        if fn.__module__ == "minductor.convnets"
+        and op._overloadname not in ("out", "grad_input")
     }
     assert ours == set(cases)
     pool = decompositions[torch.ops.aten._adaptive_avg_pool2d.default]
     assert pool(torch.randn(1, 1, 5, 4), [2, 2]) is NotImplemented  # unequal windows
+    avg = decompositions[torch.ops.aten.avg_pool2d.default]
+    assert avg(torch.randn(1, 1, 9, 9), [6, 6], [3, 3]) is NotImplemented  # 4 windows
+    assert avg(torch.randn(1, 1, 9, 9), [9, 9], [], [1, 1]) is NotImplemented  # padded
     for op, calls in cases.items():
         for args in calls:
             expected, got = op(*args), decompositions[op](*args)
