@@ -160,7 +160,8 @@ def test_check_devices_picks_the_gpu_and_ignores_non_tensors():
     ) == torch.device("cpu")
     # CPU tensors beside one GPU's: the graph's kernels run on the GPU
     meta = torch.device("meta")  # "meta" stands in for a GPU
-    assert _check_devices(["a", "b"], [torch.empty(1), torch.empty(1, device=meta)]) == meta
+    beside = [torch.empty(1), torch.empty(1, device=meta)]
+    assert _check_devices(["a", "b"], beside) == meta
     assert _check_devices(["n"], [3]) is None
     assert _check_devices([], []) is None
 
@@ -208,7 +209,9 @@ def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
     gm = make_fx(f)(x, table, i)
     graph = GraphLowering(gm, [x, table, i]).lower()
     on_cpu = {
-        op for op, why in graph.fallback_reasons if why.startswith("computes on the CPU")
+        op
+        for op, why in graph.fallback_reasons
+        if why.startswith("computes on the CPU")
     }
     assert on_cpu == {
         "aten.arange.default", "aten.sub.Tensor", "aten.mul.Tensor", "aten.cat.default",

@@ -464,5 +464,6 @@ def test_a_fusion_that_makes_a_kernel_loop_checks_every_member(restore_config):
     assert not is_persistent(FusedSchedulerNode(split_h.snodes + stats.snodes))
     assert s.can_fuse(h, stats) == (
         False,
-        "buf2 reads buf1 inside the loop, but a looped kernel has it only after its loop",
+        "buf2 reads buf1 inside the loop, "
+        "but a looped kernel has it only after its loop",
     )

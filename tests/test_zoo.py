@@ -36,7 +36,9 @@ def test_each_transformers_model_builds_tiny_and_trains_a_step_in_eager(spec):
     model = spec.build(spec.tiny).train()
     out = step(model, spec.inputs(spec.tiny), training=True)
     assert out["loss"].isfinite()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()
+    )
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
     assert all(m.p == 0.0 for m in dropouts)
 
@@ -60,7 +62,9 @@ def test_one_row_through_the_whole_tool(tmp_path, capsys):
     assert zoo.main(argv + ["--json", str(out)]) == 0
     (row,) = json.loads(out.read_text())
     assert (row["model"], row["mode"], row["backend"]) == (
-        "hf_bloom", "inference", "minductor"
+        "hf_bloom",
+        "inference",
+        "minductor",
     )
     assert row["status"] == "ok" and row["graphs"] == 1 and row["ratio"] <= 1
     printed = capsys.readouterr().out

@@ -1,13 +1,13 @@
 """Many models, each tried once: does minductor compile it and match eager?
 
 The model suite (`python -m minductor.models`, chapters/models.md) times ten models
-closely against eager and Inductor. This tool goes wide instead: some sixty models of
+closely against eager and Inductor. This tool goes wide instead: some ninety models of
 timm, torchvision and Hugging Face `transformers`, at small widths, built from their
-libraries' configs with random weights and no dropout. Each model, mode and dtype runs in
-a child process of its own, several at a time, through the suite's own `measure_model`
-with eager and minductor only and a token timing (the children share the GPU, so their
-times mean little). It reports each row's status (ok, wrong, error), its errors against
-eager and fp64, graph breaks and fallbacks. Run on a GPU:
+libraries' configs with random weights and no dropout. Each model, mode and dtype runs
+in a child process of its own, several at a time, through the suite's own
+`measure_model` with eager and minductor only and a token timing (the children share the
+GPU, so their times mean little). It reports each row's status (ok, wrong, error), its
+errors against eager and fp64, graph breaks and fallbacks. Run on a GPU:
 
     PYTHONPATH=$PWD python tools/zoo.py [--only NAME...] [--mode both] [--jobs 6]
         [--json zoo.json] [--list]
@@ -164,15 +164,23 @@ IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_i
 
 def lm(name, model_type, **settings):
     return ModelSpec(
-        name, "transformers", hf("CausalLM", model_type, **IDS, **settings), text,
-        TEXT, TEXT_TINY
+        name,
+        "transformers",
+        hf("CausalLM", model_type, **IDS, **settings),
+        text,
+        TEXT,
+        TEXT_TINY,
     )
 
 
 def masked(name, model_type, **settings):
     return ModelSpec(
-        name, "transformers", hf("MaskedLM", model_type, **IDS, **settings), text,
-        TEXT, TEXT_TINY
+        name,
+        "transformers",
+        hf("MaskedLM", model_type, **IDS, **settings),
+        text,
+        TEXT,
+        TEXT_TINY,
     )
 
 
@@ -189,8 +197,12 @@ def classifier(name, model_type, **settings):
 
 def seq2seq(name, model_type, **settings):
     return ModelSpec(
-        name, "transformers", hf("Seq2SeqLM", model_type, **IDS, **settings),
-        text_to_text, TEXT, TEXT_TINY
+        name,
+        "transformers",
+        hf("Seq2SeqLM", model_type, **IDS, **settings),
+        text_to_text,
+        TEXT,
+        TEXT_TINY,
     )
 
 
@@ -209,14 +221,23 @@ def hf_vision(name, model_type, staged=False, head="ImageClassification", **sett
 
 
 ENC_DEC = dict(
-    encoder_layers="{layers}", decoder_layers="{layers}", encoder_ffn_dim="{ffn}",
-    decoder_ffn_dim="{ffn}", encoder_attention_heads="{heads}",
-    decoder_attention_heads="{heads}", d_model="{hidden}",
+    encoder_layers="{layers}",
+    decoder_layers="{layers}",
+    encoder_ffn_dim="{ffn}",
+    decoder_ffn_dim="{ffn}",
+    encoder_attention_heads="{heads}",
+    decoder_attention_heads="{heads}",
+    d_model="{hidden}",
 )
 ZOO = [
     # decoders
-    lm("hf_gpt_neo", "gpt_neo", num_layers="{layers}", attention_types=[[["global", "local"], 1]],
-       window_size=32),
+    lm(
+        "hf_gpt_neo",
+        "gpt_neo",
+        num_layers="{layers}",
+        attention_types=[[["global", "local"], 1]],
+        window_size=32,
+    ),
     lm("hf_gptj", "gptj", n_embd="{hidden}", rotary_dim=16),
     lm("hf_gpt_neox", "gpt_neox", rotary_pct=0.25),
     lm("hf_opt", "opt", ffn_dim="{ffn}", word_embed_proj_dim="{hidden}"),
@@ -238,7 +259,9 @@ ZOO = [
     masked("hf_albert", "albert", embedding_size=128),
     masked("hf_electra", "electra", embedding_size=128),
     masked("hf_deberta_v2", "deberta-v2"),
-    masked("hf_mobilebert", "mobilebert", embedding_size=32, num_feedforward_networks=2),
+    masked(
+        "hf_mobilebert", "mobilebert", embedding_size=32, num_feedforward_networks=2
+    ),
     masked("hf_convbert", "convbert", embedding_size=128),
     classifier("hf_bert_classifier", "bert"),
     classifier("hf_xlm_roberta_classifier", "xlm-roberta"),
@@ -251,8 +274,14 @@ ZOO = [
     ModelSpec(
         "hf_whisper",
         "transformers",
-        hf("SpeechSeq2Seq", "whisper", max_source_positions="{frames}", num_mel_bins=80,
-           **ENC_DEC, **IDS),
+        hf(
+            "SpeechSeq2Seq",
+            "whisper",
+            max_source_positions="{frames}",
+            num_mel_bins=80,
+            **ENC_DEC,
+            **IDS,
+        ),
         audio_features,
         TEXT | dict(frames=64),
         TEXT_TINY | dict(frames=16),
@@ -268,16 +297,44 @@ ZOO = [
     # vision transformers and conv nets of transformers
     hf_vision("hf_deit", "deit", patch_size=16, head="DeiTForImageClassification"),
     hf_vision("hf_beit", "beit", patch_size=16, use_relative_position_bias=True),
-    hf_vision("hf_swin", "swin", True, window_size=4, embed_dim=48, depths=[2, 2], num_heads=[3, 6]),
-    hf_vision("hf_swinv2", "swinv2", True, embed_dim=48, depths=[2, 2], num_heads=[3, 6]),
+    hf_vision(
+        "hf_swin",
+        "swin",
+        True,
+        window_size=4,
+        embed_dim=48,
+        depths=[2, 2],
+        num_heads=[3, 6],
+    ),
+    hf_vision(
+        "hf_swinv2", "swinv2", True, embed_dim=48, depths=[2, 2], num_heads=[3, 6]
+    ),
     hf_vision("hf_dinov2", "dinov2", patch_size=14),
-    hf_vision("hf_convnextv2", "convnextv2", True, hidden_sizes=[48, 96, 192, 384],
-              depths=[1, 1, 2, 1]),
-    hf_vision("hf_segformer", "segformer", True, hidden_sizes=[32, 64, 160, 256],
-              depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 5, 8]),
+    hf_vision(
+        "hf_convnextv2",
+        "convnextv2",
+        True,
+        hidden_sizes=[48, 96, 192, 384],
+        depths=[1, 1, 2, 1],
+    ),
+    hf_vision(
+        "hf_segformer",
+        "segformer",
+        True,
+        hidden_sizes=[32, 64, 160, 256],
+        depths=[1, 1, 1, 1],
+        num_attention_heads=[1, 2, 5, 8],
+    ),
     hf_vision("hf_levit", "levit", True, head="LevitForImageClassification"),
     hf_vision("hf_mobilevit", "mobilevit", True),
-    hf_vision("hf_efficientnet", "efficientnet", True, width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280),
+    hf_vision(
+        "hf_efficientnet",
+        "efficientnet",
+        True,
+        width_coefficient=1.0,
+        depth_coefficient=1.0,
+        hidden_dim=1280,
+    ),
     hf_vision("hf_regnet", "regnet", True),
 ]
 ZOO += [
@@ -322,7 +379,13 @@ ZOO += [
     ]
 ]
 ZOO += [
-    ModelSpec(f"tv_{name}", "torchvision", torchvision_model(name, **kw), suite.vision, *VISION)
+    ModelSpec(
+        f"tv_{name}",
+        "torchvision",
+        torchvision_model(name, **kw),
+        suite.vision,
+        *VISION,
+    )
     for name, kw in [
         ("vgg11_bn", {}),
         ("squeezenet1_1", {}),
@@ -408,8 +471,11 @@ def run_one(spec: ModelSpec, mode: str, dtype: str, args) -> list[Row]:
 
 
 def summary(rows: list[Row]) -> str:
-    lines = ["| model | mode | dtype | status | rel err | err / allowed | grad rel err "
-             "| graphs | breaks | fallbacks |", "|" + " --- |" * 10]
+    lines = [
+        "| model | mode | dtype | status | rel err | err / allowed | grad rel err "
+        "| graphs | breaks | fallbacks |",
+        "|" + " --- |" * 10,
+    ]
     for r in rows:
         breaks = "; ".join(f"{k} ×{n}" for k, n in r.break_reasons.items())
         lines.append(
@@ -429,7 +495,9 @@ def summary(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tools/zoo.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="tools/zoo.py", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="substrings of names")
     parser.add_argument("--skip", nargs="+", metavar="NAME", default=[])
     parser.add_argument("--mode", choices=[*suite.MODES, "both"], default="both")
@@ -444,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return child(*args.child, args.tiny)
     specs = [
-        m for m in ZOO
+        m
+        for m in ZOO
         if (not args.only or any(w in m.name for w in args.only))
         and not any(w in m.name for w in args.skip)
     ]
