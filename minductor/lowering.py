@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import sympy
 import torch
+import torch.utils._pytree as pytree
 from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -354,24 +355,14 @@ class GraphLowering(torch.fx.Interpreter):
             return False
         if not (isinstance(meta, torch.Tensor) and meta.dim() == 0):
             return True
-        boxes, pending = [], [args]
-        while pending:
-            a = pending.pop()
-            if isinstance(a, (list, tuple)):
-                pending += a
-            elif isinstance(a, TensorBox):
-                boxes.append(a)
+        boxes = [a for a in pytree.tree_leaves(args) if isinstance(a, TensorBox)]
         return self._cpu_in_gpu_graph({b.get_device() for b in boxes})
 
     def _to_graph_device(self, value: Any) -> Any:
         """value with each CPU tensor in it copied to the graph's GPU, by ATen: what an
         op computing there reads (eager copies a CPU index or number itself)."""
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._to_graph_device(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self._to_graph_device(v) for k, v in value.items()}
         if not isinstance(value, TensorBox):
-            return value
+            return pytree.tree_map_only(TensorBox, self._to_graph_device, value)
         if not self._cpu_in_gpu_graph({value.get_device()}):
             return value
         buf = self.realize_viewed(value)

@@ -162,48 +162,20 @@ GQA = dict(num_key_value_heads=2)
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0)
 
 
-def lm(name, model_type, **settings):
-    return ModelSpec(
-        name,
-        "transformers",
-        hf("CausalLM", model_type, **IDS, **settings),
-        text,
-        TEXT,
-        TEXT_TINY,
-    )
+def text_model(head: str, inputs, **fixed):
+    """A maker of specs for text models: AutoModelFor<head>, fed by inputs."""
+
+    def make(name, model_type, **settings):
+        build = hf(head, model_type, **IDS, **fixed, **settings)
+        return ModelSpec(name, "transformers", build, inputs, TEXT, TEXT_TINY)
+
+    return make
 
 
-def masked(name, model_type, **settings):
-    return ModelSpec(
-        name,
-        "transformers",
-        hf("MaskedLM", model_type, **IDS, **settings),
-        text,
-        TEXT,
-        TEXT_TINY,
-    )
-
-
-def classifier(name, model_type, **settings):
-    return ModelSpec(
-        name,
-        "transformers",
-        hf("SequenceClassification", model_type, num_labels=3, **IDS, **settings),
-        classify_text,
-        TEXT,
-        TEXT_TINY,
-    )
-
-
-def seq2seq(name, model_type, **settings):
-    return ModelSpec(
-        name,
-        "transformers",
-        hf("Seq2SeqLM", model_type, **IDS, **settings),
-        text_to_text,
-        TEXT,
-        TEXT_TINY,
-    )
+lm = text_model("CausalLM", text)
+masked = text_model("MaskedLM", text)
+classifier = text_model("SequenceClassification", classify_text, num_labels=3)
+seq2seq = text_model("Seq2SeqLM", text_to_text)
 
 
 def hf_vision(name, model_type, staged=False, head="ImageClassification", **settings):
