@@ -85,6 +85,18 @@ def is_indirect(index: sympy.Expr) -> bool:
     return any(s.name.startswith("indirect") for s in index.free_symbols)
 
 
+def _kept(method: Callable) -> Callable:
+    """A method of a frozen node, computed once and kept on the node."""
+    key = f"_kept_{method.__name__}"
+
+    def kept(self):
+        if key not in self.__dict__:
+            self.__dict__[key] = method(self)
+        return self.__dict__[key]
+
+    return functools.wraps(method)(kept)
+
+
 class BaseSchedulerNode:
     reads: frozenset[Dep]
     writes: frozenset[Dep]
@@ -92,12 +104,15 @@ class BaseSchedulerNode:
     def get_name(self) -> str:
         raise NotImplementedError
 
+    @_kept
     def get_names(self) -> frozenset[str]:
         return frozenset(d.name for d in self.writes)
 
+    @_kept
     def read_names(self) -> frozenset[str]:
         return frozenset(d.name for d in self.reads if not isinstance(d, WeakDep))
 
+    @_kept
     def dep_names(self) -> frozenset[str]:
         """What must run first: what the node reads, and the nodes it must follow."""
         return frozenset(d.name for d in self.reads)
@@ -317,10 +332,11 @@ class FusedSchedulerNode(BaseSchedulerNode):
         every = frozenset().union(*(n.reads for n in self.snodes))
         return frozenset(d for d in every if d.name not in written)
 
+    @_kept
     def get_name(self) -> str:
         return "_".join(n.get_name() for n in self.snodes)
 
-    @property
+    @functools.cached_property
     def leader(self) -> SchedulerNode:
         """The member whose loops the kernel uses: a reduction, if there is one."""
         return max(self.snodes, key=lambda n: (n.is_reduction(), n.group[2]))
@@ -497,31 +513,38 @@ class Scheduler:
         return rebuilt(a), rebuilt(b)
 
 
-    def _producers(self) -> dict[str, BaseSchedulerNode]:
-        return {name: n for n in self.nodes for name in n.get_names()}
-
-    def _ancestors(self) -> dict[str, set[str]]:
-        producer = self._producers()
-        ancestors: dict[str, set[str]] = {}
+    def _ancestors(self) -> dict[str, int]:
+        self._producer = {name: n for n in self.nodes for name in n.get_names()}
+        self.bit = {n.get_name(): 1 << k for k, n in enumerate(self.nodes)}
+        ancestors: dict[str, int] = {}
         for node in self.nodes:  # topological order
-            found: set[str] = set()
+            found = 0
             for name in node.dep_names():
-                if name in producer and producer[name] is not node:
-                    parent = producer[name].get_name()
-                    found |= {parent} | ancestors[parent]
+                if name in self._producer and self._producer[name] is not node:
+                    parent = self._producer[name].get_name()
+                    found |= self.bit[parent] | ancestors[parent]
             ancestors[node.get_name()] = found
         return ancestors
 
+    def _merge_ancestors(self, a, b, fused: FusedSchedulerNode) -> None:
+        ancestors, bit = self._ancestors_cache, self.bit
+        both = bit.pop(a.get_name()) | bit.pop(b.get_name())
+        above = (ancestors.pop(a.get_name()) | ancestors.pop(b.get_name())) & ~both
+        bit[fused.get_name()], ancestors[fused.get_name()] = both, above
+        for name, found in ancestors.items():
+            if found & both:  # it depended on a or b: now on both, and what they did
+                ancestors[name] = found | both | above
+        self._producer.update(dict.fromkeys(fused.get_names(), fused))
+
     def _path_between(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
-        ancestors = self._ancestors_cache
-        pair = {a.get_name(), b.get_name()}
-        for node in self.nodes:
-            name = node.get_name()
-            if name in pair:
-                continue
-            for x, y in ((a, b), (b, a)):
-                if x.get_name() in ancestors[name] and name in ancestors[y.get_name()]:
-                    return name
+        ancestors, pair = self._ancestors_cache, {a.get_name(), b.get_name()}
+        for x, y in ((a, b), (b, a)):
+            parents = {self._producer[n] for n in y.dep_names() if n in self._producer}
+            mine = self.bit[x.get_name()]
+            through = [p for p in parents if ancestors[p.get_name()] & mine]
+            through = [p for p in through if p.get_name() not in pair]
+            if through:
+                return min(through, key=self._position).get_name()
         return None
 
 
@@ -597,11 +620,11 @@ class Scheduler:
                 continue
             fused = FusedSchedulerNode.fuse(*self.align(a, b), self.order)
             self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {score[0]} bytes)")
-            rest = [n for n in self.nodes if n is not a and n is not b]
-            self.nodes = self._topological_sort(rest + [fused])
-            self._ancestors_cache = self._ancestors()
+            self.nodes = [n for n in self.nodes if n is not a and n is not b] + [fused]
+            self._merge_ancestors(a, b, fused)
             used |= {a.get_name(), b.get_name()}
             fused_any = True
+        self.nodes = self._topological_sort(self.nodes)
         return fused_any
 
     def _kept_alive(self, a, b, index: dict[str, int], last_read: dict[str, int]):

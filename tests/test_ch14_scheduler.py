@@ -4,6 +4,7 @@ Most graphs come from make_fx + GraphLowering; the refusals that lowering cannot
 produce on its own (an index mismatch, two devices) use buffers built by hand.
 """
 
+import copy
 import dataclasses
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.config import config
+from minductor.decompositions import decomposition_table
 from minductor.ir import ComputedBuffer, FixedLayout, InputBuffer, Pointwise, TensorBox
 from minductor.lowering import GraphLowering
 from minductor.ops import ops
@@ -467,3 +469,65 @@ def test_a_fusion_that_makes_a_kernel_loop_checks_every_member(restore_config):
         "buf2 reads buf1 inside the loop, "
         "but a looped kernel has it only after its loop",
     )
+
+
+def test_ancestor_masks_kept_through_each_fusion_match_a_recount(monkeypatch):
+    # the fusion loop updates each node's ancestors in place, fusion by fusion; after
+    # every fusion they must equal a recount over the fused graph. The horizontal
+    # fusions of independent statistics give new ancestors to later nodes, the case
+    # an in-place update must get right
+    merge, recounts = Scheduler._merge_ancestors, []
+
+    def sets(scheduler, ancestors):
+        bits = scheduler.bit
+        return {n: {m for m in bits if found & bits[m]} for n, found in ancestors.items()}
+
+    def merge_and_recount(self, a, b, fused):
+        merge(self, a, b, fused)
+        fresh = copy.copy(self)  # its own masks and producers, the same nodes
+        fresh.nodes = self._topological_sort(self.nodes)
+        assert sets(self, self._ancestors_cache) == sets(fresh, fresh._ancestors())
+        recounts.append(fused.get_name())
+
+    monkeypatch.setattr(Scheduler, "_merge_ancestors", merge_and_recount)
+
+    def f(x, w, b):
+        for k in range(4):
+            y = x * w[k] + b[k]
+            m = y.mean(1, keepdim=True)
+            v = ((y - m) ** 2).mean(1, keepdim=True)
+            x = torch.relu((y - m) * torch.rsqrt(v + 1e-5)) + x
+        return x, v.sum()
+
+    args = torch.randn(7, 33), torch.randn(4, 33), torch.randn(4, 33)
+    gm = make_fx(f, decomposition_table=decomposition_table())(*args)
+    s = Scheduler(GraphLowering(gm, list(args)).lower())
+    assert len(recounts) >= 10, s.fusion_log
+    assert len(s.nodes) < 12
+
+
+def test_a_fusion_gives_its_descendants_the_ancestors_of_both_members(restore_config):
+    # a and b are sibling sums (both read z); only b depends on c. Once they are one
+    # kernel, d and e (which follow a) run after c too: a path from c to e exists
+    def f(z, u):
+        c = u.sum(0)
+        a, b = z.sum(0), (z * c).sum(0)
+        d = a.sum()
+        return c, b, d * 2
+
+    config.max_fusion_size = 1  # no fusion: we fuse a and b by hand
+    s = schedule(f, torch.randn(7, 33), torch.randn(5, 33))
+    config.max_fusion_size = 64
+    c, a, b, d, e = s.nodes
+    assert s._path_between(c, e) is None
+    fused = FusedSchedulerNode.fuse(*s.align(a, b), s.order)
+    s._merge_ancestors(a, b, fused)
+    s.nodes = s._topological_sort([c, fused, d, e])
+    ancestors, bits = s._ancestors_cache, s.bit
+    assert ancestors[e.get_name()] & bits[c.get_name()]
+    assert s._path_between(c, e) == d.get_name()
+    recount = copy.copy(s)
+    fresh = recount._ancestors()
+    assert {n: {m for m in bits if ancestors[n] & bits[m]} for n in ancestors} == {
+        n: {m for m in recount.bit if fresh[n] & recount.bit[m]} for n in fresh
+    }
