@@ -41,9 +41,17 @@ EXTERN_OUT = {  # ATen op -> the function the wrapper calls with out=
 PAD_DIMS_FROM = 1024  # elements; shorter dimensions cost little either way
 
 
+def _pads(dtype: torch.dtype) -> bool:
+    """Whether cuBLAS multiplies dtype on tensor cores, whose kernels want alignment."""
+    if dtype.itemsize == 2:
+        return dtype.is_floating_point
+    precision = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+    return dtype == torch.float32 and precision == "tf32"
+
+
 def _aligned(n: sympy.Expr, dtype: torch.dtype) -> sympy.Expr:
     """n, or the next multiple of 16 bytes if n is long and not one."""
-    if not isinstance(n, sympy.Integer) or int(n) < PAD_DIMS_FROM:
+    if not isinstance(n, sympy.Integer) or int(n) < PAD_DIMS_FROM or not _pads(dtype):
         return n
     per_16_bytes = 16 // dtype.itemsize
     return sympy.Integer(-(-int(n) // per_16_bytes) * per_16_bytes)

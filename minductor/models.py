@@ -356,6 +356,8 @@ def run_backend(
         out, cold_s = timed(one_step, device)
         got = snapshot(model, out)
         del out  # as a loop does: a step's outputs are gone when the next one runs
+        if device == "cuda":  # the steps' peak, not the snapshot's copies
+            torch.cuda.reset_peak_memory_stats()
         for _ in range(WARMUP[device]):
             one_step()
     if device == "cuda":

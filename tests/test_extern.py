@@ -7,9 +7,18 @@ import torch
 import torch.nn.functional as F
 from helpers import DEVICES, randn, run
 
+from minductor import extern
 from minductor.capture import record_compiled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
+
+
+@pytest.fixture
+def pads_float32(monkeypatch):
+    """Padding as with TF32 matmuls: float32 operands padded too. The padding tests run
+    in float32, whose matmuls stay exact in IEEE arithmetic on both devices."""
+    monkeypatch.setattr(extern, "_pads", lambda dtype: dtype.is_floating_point)
+
 
 MATMULS = {
     "mm_odd": (lambda a, b: a @ b, [(5, 7), (7, 3)]),
@@ -76,8 +85,13 @@ def test_addmm_with_beta_zero_ignores_a_nan_bias(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_matmul_with_epilogue(device, dtype):
-    a, b = randn(8, 16, device=device, dtype=dtype), randn(16, 4, device=device, dtype=dtype)
-    kernels, fallbacks = run(lambda a, b: (a @ b).relu() * 2, a, b, atol=2e-2, rtol=2e-2)
+    a, b = (
+        randn(8, 16, device=device, dtype=dtype),
+        randn(16, 4, device=device, dtype=dtype),
+    )
+    kernels, fallbacks = run(
+        lambda a, b: (a @ b).relu() * 2, a, b, atol=2e-2, rtol=2e-2
+    )
     assert fallbacks == [] and len(kernels) == 1
 
 
@@ -175,6 +189,7 @@ def memory_order(t: torch.Tensor) -> list[int]:
     return sorted(dims, key=t.stride)
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(PADDED))
 def test_long_unaligned_matmul_dims_are_padded_and_outputs_are_eagers(case, device):
@@ -201,6 +216,7 @@ def test_long_unaligned_matmul_dims_are_padded_and_outputs_are_eagers(case, devi
     assert len(others) == (case in ("mm then pointwise", "addmm, 2-d bias")), others
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_padded_output_rows_keep_their_padding(device):
     x, w = randn(2, 3, 64, device=device), randn(1027, 64, device=device)
@@ -217,6 +233,7 @@ def test_padded_output_rows_keep_their_padding(device):
     )
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("returned", [False, True])
 def test_padded_windows_saved_for_backward_give_eagers_gradients(returned, device):
@@ -243,6 +260,7 @@ def test_padded_windows_saved_for_backward_give_eagers_gradients(returned, devic
         torch.testing.assert_close(g, e, atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_aligned_or_short_rows_are_not_padded(device):
     a = randn(8, 64, device=device)
@@ -255,6 +273,7 @@ def test_aligned_or_short_rows_are_not_padded(device):
         assert f"({row}, 1), device=" in graphs[0].source
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_padded_matmuls_give_eagers_gradients(device):
     """An output projection of 1027 classes: forward N, backward K and M padded."""
@@ -275,6 +294,7 @@ def test_padded_matmuls_give_eagers_gradients(device):
     assert sum("1028" in g.source for g in graphs) == 2  # padded in both graphs
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
 def test_a_gradient_both_backward_matmuls_read_is_stored_padded(bias, device):
@@ -300,7 +320,8 @@ def test_a_gradient_both_backward_matmuls_read_is_stored_padded(bias, device):
     backward = graphs[1].source
     lines = backward.splitlines()
     pads = [  # launch lines, not the site's definition
-        ln for ln in lines
+        ln
+        for ln in lines
         if ln.strip().startswith("launch_triton_poi_fused_pad") and "CallSite" not in ln
     ]
     assert len(pads) == 1, pads  # the weight's
@@ -310,6 +331,7 @@ def test_a_gradient_both_backward_matmuls_read_is_stored_padded(bias, device):
     assert backward.count("extern_kernels.mm(") == 2
 
 
+@pytest.mark.usefixtures("pads_float32")
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_returned_matmul_operand_keeps_eagers_strides(device):
     """A value that a matmul reads and the graph returns (here through a view) is not
@@ -327,3 +349,41 @@ def test_a_returned_matmul_operand_keeps_eagers_strides(device):
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
         assert g.stride() == e.stride()
+
+
+@pytest.fixture
+def fp32_precision():
+    """Sets torch.backends.cuda.matmul.fp32_precision for one test."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    yield lambda value: setattr(matmul, "fp32_precision", value)
+    matmul.fp32_precision = saved
+
+
+def test_float32_is_padded_only_when_matmuls_run_as_tf32(fp32_precision):
+    # tensor cores want aligned dimensions; float32 reaches them only as TF32
+    fp32_precision("ieee")
+    assert extern._pads(torch.bfloat16) and extern._pads(torch.float16)
+    assert not extern._pads(torch.float32) and not extern._pads(torch.float64)
+    assert not extern._pads(torch.int16)
+    fp32_precision("tf32")
+    assert extern._pads(torch.float32) and not extern._pads(torch.float64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_unaligned_vocabulary_pads_half_precision_matmuls_only(
+    dtype, device, fp32_precision
+):
+    fp32_precision("ieee")
+    x, w = (
+        randn(6, 32, device=device, dtype=dtype),
+        randn(1027, 32, device=device, dtype=dtype),
+    )
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        logits = torch.compile(lambda x, w: x @ w.t(), backend="minductor")(x, w)
+    torch.testing.assert_close(logits, x @ w.t(), atol=1e-2, rtol=1e-2)
+    padded = dtype == torch.bfloat16  # rows of 1032: 16 bytes of bfloat16 are 8
+    assert logits.stride() == ((1032, 1) if padded else (1027, 1))
+    assert ("pad" in " ".join(graphs[0].kernel_names)) == padded

@@ -12,6 +12,7 @@ first frame outside torch's own files. Run on a GPU:
 import copy
 import linecache
 import sys
+from collections import Counter
 
 import torch
 
@@ -38,28 +39,39 @@ def where(frames: list[dict]) -> str:
     return f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}"
 
 
-def live_at_peak(trace: list[dict]) -> tuple[int, dict[int, dict]]:
-    """Replays allocations and frees; returns the peak (bytes above the step's start)
-    and the blocks alive at that moment."""
+def live_at_peak(trace: list[dict]) -> tuple[int, dict[int, dict], dict]:
+    """Replays allocations and frees; returns the peak (bytes above the step's start),
+    the blocks alive at that moment, and the allocation that reached it."""
     live: dict[int, dict] = {}
     now = peak = 0
     at_peak: dict[int, dict] = {}
+    last: dict = {"frames": []}
     for event in trace:
         action = event["action"]
         if action == "alloc":
             live[event["addr"]] = event
             now += event["size"]
             if now > peak:
-                peak, at_peak = now, dict(live)
+                peak, at_peak, last = now, dict(live), event
         elif action == "free_requested" and event["addr"] in live:
             now -= live.pop(event["addr"])["size"]
-    return peak, at_peak
+    return peak, at_peak, last
+
+
+def size_classes(first: Counter, other: Counter) -> str:
+    """The block sizes alive at the peak whose counts differ between two backends."""
+    lines = ["| MiB per block | first backend | this one |", "|---:|---:|---:|"]
+    for size in sorted(first.keys() | other.keys(), reverse=True):
+        if first[size] != other[size]:
+            lines.append(f"| {size / MiB:.2f} | {first[size]} | {other[size]} |")
+    return "\n".join(lines)
 
 
 def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,minductor"):
     training = mode == "training"
     reference, inputs = build(name, training)
     x = on_device(inputs, "cuda", DTYPES[dtype])
+    classes: list[Counter] = []
     for backend in backends.split(","):
         torch._dynamo.reset()
         model = copy.deepcopy(reference).to("cuda", DTYPES[dtype]).train(training)
@@ -74,14 +86,16 @@ def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,mindu
         torch.cuda.synchronize()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
-        peak, blocks = live_at_peak(snap["device_traces"][torch.cuda.current_device()])
+        trace = snap["device_traces"][torch.cuda.current_device()]
+        peak, blocks, last = live_at_peak(trace)
         groups: dict[str, list[int]] = {}
         for b in blocks.values():
             groups.setdefault(where(b["frames"]), []).append(b["size"])
         print(f"\n== {name} {mode} {dtype} {backend}: held before the step "
               f"{held / MiB:.0f} MiB, peak above it {peak / MiB:.0f} MiB "
               f"(allocator's peak {torch.cuda.max_memory_allocated() / MiB:.0f} MiB), "
-              f"{len(blocks)} blocks alive at the peak")
+              f"{len(blocks)} blocks alive at the peak, "
+              f"reached at {where(last['frames'])}")
         print("| MiB | blocks | allocated at |")
         print("|---:|---:|---|")
         ranked = sorted(groups.items(), key=lambda kv: -sum(kv[1]))
@@ -89,6 +103,11 @@ def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,mindu
             print(f"| {sum(sizes) / MiB:.1f} | {len(sizes)} | {at} |")
         rest = sum(sum(s) for _, s in ranked[25:])
         print(f"| {rest / MiB:.1f} | {sum(len(s) for _, s in ranked[25:])} | others |")
+        classes.append(Counter(b["size"] for b in blocks.values()))
+        if len(classes) > 1:
+            first = backends.split(",")[0]
+            print(f"\nBlocks at the peak by size, {first} and {backend}:")
+            print(size_classes(classes[0], classes[-1]))
         del model, fn
         torch.cuda.empty_cache()
 
