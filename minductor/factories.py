@@ -20,9 +20,11 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
     _constant_box,
+    _stored_anyway,
     aten,
     prims,
     register_lowering,
+    store_passes,
 )
 from minductor.ops import ops
 from minductor.pointwise import (
@@ -87,6 +89,26 @@ def to_copy(
 @register_lowering(prims.convert_element_type)
 def convert_element_type(x, dtype):
     return _convert(x, dtype)
+
+
+def store_narrow(graph, n: torch.fx.Node, box: TensorBox) -> bool:
+    """Store a widening conversion's source, not its result."""
+    if n.target not in (prims.convert_element_type.default, aten._to_copy.default):
+        return False
+    source = graph.env.get(n.args[0])
+    if not isinstance(source, TensorBox) or type(source.data) is not Pointwise:
+        return False
+    narrow, wide = source.get_dtype(), box.get_dtype()
+    if not (narrow.is_floating_point and wide.is_floating_point):
+        return False
+    if narrow.itemsize >= wide.itemsize or _stored_anyway(n):
+        return False
+    source.realize(graph)
+    box.data = _convert(source, wide).data
+    return True
+
+
+store_passes.append(store_narrow)
 
 
 def _factory(value: int) -> Callable[..., TensorBox]:
