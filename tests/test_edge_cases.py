@@ -190,6 +190,11 @@ CPU_IN_GPU = {  # (function, its inputs on the GPU, its inputs on the CPU)
         [],
     ),
     "a CPU input read on both devices": (lambda x, i: (x[i], i * 2), [(6,)], [(3,)]),
+    "a GPU input and a CPU input, apart": (
+        lambda x, i: (x.sin(), i.cos()),  # each result on its input's device
+        [(5,)],
+        [(3,)],
+    ),
     "index_put at indices built on the CPU": (
         lambda x, v: x.index_put((torch.arange(3) * 2,), v, accumulate=True),
         [(7,), (3,)],
