@@ -5,7 +5,10 @@ each backend, one warm step runs with the CUDA caching allocator recording every
 allocation and its Python stack. Replaying the record finds the moment the most memory
 was allocated, and the blocks alive then are grouped by the line that allocated them:
 the first frame in a generated module (minductor's or Inductor's wrapper), else the
-first frame outside torch's own files. Run on a GPU:
+first frame outside torch's own files. It also names the allocation that reached the
+peak, and lists the block sizes alive then whose counts differ from the first backend's
+(a float32 copy of a bfloat16 activation shows up as one block of twice the size). Run
+on a GPU:
     PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends]
 """
 
