@@ -537,12 +537,12 @@ class Scheduler:
         self._producer.update(dict.fromkeys(fused.get_names(), fused))
 
     def _path_between(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
-        ancestors, pair = self._ancestors_cache, {a.get_name(), b.get_name()}
-        for x, y in ((a, b), (b, a)):
-            parents = {self._producer[n] for n in y.dep_names() if n in self._producer}
+        ancestors = self._ancestors_cache
+        for x, y in ((a, b), (b, a)):  # x itself has no bit of its own in its mask
+            names = y.dep_names() - y.get_names()
+            parents = {self._producer[n] for n in names if n in self._producer}
             mine = self.bit[x.get_name()]
             through = [p for p in parents if ancestors[p.get_name()] & mine]
-            through = [p for p in through if p.get_name() not in pair]
             if through:
                 return min(through, key=self._position).get_name()
         return None

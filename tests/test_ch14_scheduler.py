@@ -471,6 +471,12 @@ def test_a_fusion_that_makes_a_kernel_loop_checks_every_member(restore_config):
     )
 
 
+def ancestor_sets(scheduler, ancestors) -> dict[str, set[str]]:
+    """Each node's ancestors by name, from the masks over scheduler.bit."""
+    bits = scheduler.bit
+    return {n: {m for m in bits if found & bits[m]} for n, found in ancestors.items()}
+
+
 def test_ancestor_masks_kept_through_each_fusion_match_a_recount(monkeypatch):
     # the fusion loop updates each node's ancestors in place, fusion by fusion; after
     # every fusion they must equal a recount over the fused graph. The horizontal
@@ -478,15 +484,13 @@ def test_ancestor_masks_kept_through_each_fusion_match_a_recount(monkeypatch):
     # an in-place update must get right
     merge, recounts = Scheduler._merge_ancestors, []
 
-    def sets(scheduler, ancestors):
-        bits = scheduler.bit
-        return {n: {m for m in bits if found & bits[m]} for n, found in ancestors.items()}
-
     def merge_and_recount(self, a, b, fused):
         merge(self, a, b, fused)
         fresh = copy.copy(self)  # its own masks and producers, the same nodes
         fresh.nodes = self._topological_sort(self.nodes)
-        assert sets(self, self._ancestors_cache) == sets(fresh, fresh._ancestors())
+        assert ancestor_sets(self, self._ancestors_cache) == ancestor_sets(
+            fresh, fresh._ancestors()
+        )
         recounts.append(fused.get_name())
 
     monkeypatch.setattr(Scheduler, "_merge_ancestors", merge_and_recount)
@@ -527,7 +531,4 @@ def test_a_fusion_gives_its_descendants_the_ancestors_of_both_members(restore_co
     assert ancestors[e.get_name()] & bits[c.get_name()]
     assert s._path_between(c, e) == d.get_name()
     recount = copy.copy(s)
-    fresh = recount._ancestors()
-    assert {n: {m for m in bits if ancestors[n] & bits[m]} for n in ancestors} == {
-        n: {m for m in recount.bit if fresh[n] & recount.bit[m]} for n in fresh
-    }
+    assert ancestor_sets(s, ancestors) == ancestor_sets(recount, recount._ancestors())
