@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 import torch
 
 from minductor.config import config
+from minductor.ir import FixedLayout, MutationBuffer
 from minductor.ops import set_handler
-from minductor.scheduler import BaseSchedulerNode, SchedulerNode, is_persistent
+from minductor.scheduler import (
+    BaseSchedulerNode,
+    MemoryDep,
+    Scheduler,
+    SchedulerNode,
+    is_indirect,
+    is_persistent,
+)
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -145,20 +153,29 @@ class InterpreterOverrides(TritonOverrides):
 class KernelArgs:
     inputs: dict[str, str]
     outputs: dict[str, str]
+    # an input -> the output written over its memory, one `in_out_ptrN` for both
+    # ("Writing over an input", below)
+    over: dict[str, str] = field(default_factory=dict)
+    in_out: dict[str, str] = field(default_factory=dict)  # such output -> its pointer
 
     def input(self, name: str) -> str:
-        if name in self.outputs:
-            return self.outputs[name]
+        if name in self.over:
+            return self.output(self.over[name])
+        if name in self.outputs or name in self.in_out:
+            return self.output(name)
         return self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
 
     def output(self, name: str) -> str:
+        if name in self.over.values():
+            return self.in_out.setdefault(name, f"in_out_ptr{len(self.in_out)}")
         return self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
 
     def call_names(self) -> list[str]:
-        return list(self.inputs) + list(self.outputs)
+        return list(self.in_out) + list(self.inputs) + list(self.outputs)
 
     def signature(self) -> list[str]:
-        return list(self.inputs.values()) + list(self.outputs.values())
+        pointers = (self.in_out, self.inputs, self.outputs)
+        return [ptr for names in pointers for ptr in names.values()]
 
 
 def kernel_kind(rsizes, persistent: bool) -> str:
@@ -407,6 +424,7 @@ class GeneratedKernel:
     # rows of symbolic length ("inner" or "outer" reduction), a pointwise kernel over
     # a symbolic number of elements ("pointwise"); else None
     per_call_blocks: str | None = None
+    inplace: tuple[tuple[str, str], ...] = ()  # (input, output written over it)
 
 
 @dataclass(frozen=True)
@@ -434,6 +452,7 @@ def generate_kernel(
     removed: set[str],
     interpret: bool,
     sizevars: SizeVarAllocator | None = None,
+    over: dict[str, str] | None = None,  # input -> output to write over it
 ):
     sizevars = sizevars or SizeVarAllocator()
     overrides = InterpreterOverrides if interpret else TritonOverrides
@@ -444,6 +463,8 @@ def generate_kernel(
         node.rloop.sizes,
         is_persistent(node, sizevars),
     )
+    outputs = {m.get_name() for m in node.snodes}
+    kernel.args.over = {a: b for a, b in (over or {}).items() if b in outputs}
     for member in node.snodes:
         # a pointwise node over the outputs alone runs after a looped kernel's loop
         epilogue = kernel.kind == "red" and not member.rloop.sizes
@@ -473,6 +494,7 @@ def generate_kernel(
         _int_if_static(kernel.rnumel) if kernel.kind != "poi" else 1,
         tuple(symbols),
         per_call,
+        tuple(kernel.args.over.items()),
     )
 
 
@@ -515,6 +537,69 @@ def pointwise_lines(
 
 
 KERNEL_KINDS["poi"] = KernelKind(pointwise_blocks, pointwise_lines)
+
+
+def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
+    """input -> the output of its only reader that may be written over it."""
+    readers: dict[str, set[str]] = {}
+    for node in scheduler.nodes:
+        for member in getattr(node, "snodes", (node,)):
+            for name in member.read_names():
+                readers.setdefault(name, set()).add(member.get_name())
+    found: dict[str, str] = {}
+    for node in scheduler.nodes:
+        made_here = {m.get_name() for m in getattr(node, "snodes", ())}
+        for member in () if node.is_extern() else node.snodes:
+            name, out = member.get_name(), member.node
+            write = next(iter(member.writes), None)
+            if (
+                len(member.writes) != 1
+                or member.is_reduction()
+                or isinstance(out, MutationBuffer)
+                or name in scheduler.removed_buffers
+                or not isinstance(write, MemoryDep)
+                or is_indirect(write.index)
+                or not own_addresses(out.layout)
+            ):
+                continue
+            # an input made in this kernel too never reaches memory: it is removed
+            for old in sorted(member.read_names() - scheduler.output_names - made_here):
+                buf = scheduler._buffer(old)
+                if (
+                    readers[old] == {name}
+                    and old not in scheduler.graph.graph_inputs
+                    and {d for d in member.reads if d.name == old} == {
+                        MemoryDep(old, write.index)
+                    }
+                    and buf is not None
+                    and buf.layout == out.layout
+                    and old not in found
+                ):
+                    found[old] = name
+                    break
+    return found
+
+
+def own_addresses(layout: FixedLayout) -> bool:
+    """Is the layout plain (not inside another buffer), each element at an address of
+    its own? Dense layouts in any order, or padded ones with known sizes."""
+    if type(layout) is not FixedLayout:  # e.g. a slice of a cat's memory
+        return False
+    dims = [(st, n) for n, st in zip(layout.size, layout.stride) if n != 1]
+    span = sympy.Integer(1)  # the elements the dims taken so far cover
+    while dims:
+        exact = [d for d in dims if sympy.expand(d[0] - span) == 0]
+        if exact:
+            stride, size = exact[0]
+        elif all(st.is_Integer and n.is_Integer for st, n in dims):
+            stride, size = min(dims)  # the smallest stride must clear what came before
+            if stride < span:
+                return False
+        else:
+            return False
+        dims.remove((stride, size))
+        span = stride * size
+    return True
 
 
 MIN_PROGRAMS = 128  # about one per SM of an H100 (132): fewer leaves SMs idle

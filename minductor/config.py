@@ -32,6 +32,9 @@ class Config:
     fusion_memory_factor: int = 32
     # largest block a pointwise kernel uses (ch. 15)
     max_xblock: int = 1024
+    # a kernel writes an output over an input that dies in it, where that is safe
+    # (ch. 15, 17)
+    inplace_buffers: bool = True
     # reductions over at most this many elements keep a whole row in registers (ch. 16)
     persistent_reduction_limit: int = 4096
     # ...but only this many when the reduced dimension is not contiguous (ch. 14)

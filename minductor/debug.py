@@ -245,7 +245,9 @@ def kernel_report(name, node: BaseSchedulerNode, kernel, scheduler) -> KernelRep
         is_mutation = isinstance(member.node, MutationBuffer)
         written.add(member.node.target.name if is_mutation else member.get_name())
     read = set(node.read_names())
-    args = kernel.call_args  # what the kernel reads or writes in memory
+    # what the kernel reads or writes in memory; an output written over an input
+    # (chapter 15) is passed once, but both are moved
+    args = kernel.call_args + tuple(old for old, _ in kernel.inplace)
     return KernelReport(
         name,
         tuple(m.get_name() for m in node.snodes),

@@ -11,10 +11,15 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from minductor.codegen_triton import GeneratedKernel, generate_kernel
+from minductor.codegen_triton import (
+    GeneratedKernel,
+    generate_kernel,
+    inplace_candidates,
+)
 from minductor.config import config
 from minductor.ir import (
     Buffer,
+    ComputedBuffer,
     ConcatBuffer,
     ExternKernelOut,
     FallbackKernel,
@@ -314,6 +319,7 @@ class WrapperCodeGen:
 
     def plan(self) -> None:
         removed = self.scheduler.removed_buffers
+        over = self.written_over()  # inputs a kernel writes over (below)
         for node in self.scheduler.nodes:
             if isinstance(node, ExternKernelSchedulerNode):
                 if isinstance(node.node, MultiOutput):
@@ -329,17 +335,22 @@ class WrapperCodeGen:
                     self.lines.append(ExternCallLine(node.node))
                 continue
             kernel = generate_kernel(
-                node, removed, self.interpret, self.graph.sizevars
+                node, removed, self.interpret, self.graph.sizevars, over
             )
             key = (kernel.source, self.arg_dtypes(kernel))
             name = self.kernels.get(key)
             if name is None:
                 name = f"triton_{kernel.descriptive_name}_{len(self.kernels)}"
                 self.kernels[key] = name
+            taken = {new: old for old, new in kernel.inplace}
             for member in node.snodes:
                 buf = member.get_name()
                 if isinstance(member.node, MutationBuffer):  # writes its target
                     self.lines.append(ReuseLine(member.node.target.name, buf))
+                elif buf in taken:  # written over an input that dies here
+                    layout = member.node.layout
+                    view = None if self.layouts[taken[buf]] == layout else layout
+                    self.lines.append(ReuseLine(taken[buf], buf, view))
                 elif buf not in removed:
                     self.lines += self.allocate(buf, member.node.layout)
             comment = ""
@@ -584,6 +595,25 @@ class WrapperCodeGen:
                 names.setdefault(group(name), set()).add(name)
             profile.append(live)
         return profile
+
+
+    def written_over(self) -> dict[str, str]:
+        """Chapter 15's candidates whose memory is ours to give: input -> output."""
+        if not config.inplace_buffers:
+            return {}
+        found = {}
+        for old, new in inplace_candidates(self.scheduler).items():
+            buf = self.scheduler._buffer(old)
+            if isinstance(buf, MultiOutput):
+                ours = not self.may_alias(buf.parent.op)
+            elif isinstance(buf, FallbackKernel) and not isinstance(buf, ExternKernelOut):
+                ours = not self.may_alias(buf.op)
+            else:  # a kernel's output, or an extern kernel's written into our memory
+                ours = isinstance(buf, (ComputedBuffer, ExternKernelOut))
+                ours = ours and not isinstance(buf, MutationBuffer)
+            if ours:
+                found[old] = new
+        return found
 
 
     def bind_sizes(self) -> list[str]:
