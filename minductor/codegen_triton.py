@@ -572,12 +572,28 @@ def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
                         MemoryDep(old, write.index)
                     }
                     and buf is not None
-                    and buf.layout == out.layout
+                    and same_memory(buf.layout, out.layout)
                     and old not in found
                 ):
                     found[old] = name
                     break
     return found
+
+
+def storage_elements(layout: FixedLayout) -> sympy.Expr:
+    """From the first element to one past the last: what `empty_strided` allocates."""
+    if any(s == 0 for s in layout.size):
+        return sympy.Integer(0)
+    return sympy.expand(1 + sum((s - 1) * st for s, st in zip(layout.size, layout.stride)))
+
+
+def same_memory(a: FixedLayout, b: FixedLayout) -> bool:
+    """Are the two layouts one block of memory, each element of b at its own address?"""
+    if (a.device, a.dtype, a.offset, b.offset) != (b.device, b.dtype, 0, 0):
+        return False
+    return own_addresses(a) and own_addresses(b) and (
+        storage_elements(a) == storage_elements(b)
+    )
 
 
 def own_addresses(layout: FixedLayout) -> bool:

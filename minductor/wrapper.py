@@ -15,6 +15,7 @@ from minductor.codegen_triton import (
     GeneratedKernel,
     generate_kernel,
     inplace_candidates,
+    storage_elements,
 )
 from minductor.config import config
 from minductor.ir import (
@@ -456,11 +457,7 @@ class WrapperCodeGen:
     @staticmethod
     def reuse_key(layout: FixedLayout) -> tuple[Any, ...]:
         """(device, dtype, elements in storage): what `empty_strided` allocates."""
-        elements = sympy.Integer(0)
-        if not any(s == 0 for s in layout.size):
-            last = sum((s - 1) * st for s, st in zip(layout.size, layout.stride))
-            elements = sympy.expand(1 + last)
-        return (layout.device, layout.dtype, elements)
+        return (layout.device, layout.dtype, storage_elements(layout))
 
     @staticmethod
     def may_alias(op: Any) -> bool:

@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from helpers import DEVICES
 from minductor.capture import record_compiled
-from minductor.codegen_triton import inplace_candidates, own_addresses
+from minductor.codegen_triton import inplace_candidates, own_addresses, same_memory
 from minductor.config import config
 from minductor.ir import FixedLayout, NonOwningLayout
 from minductor.lowering import GraphLowering
@@ -43,7 +43,9 @@ def compiled(fn, *args, options=None, tol=1e-5):
 def written_over(source):
     """(old, new) for each `new = old  # reuse` that a kernel's launch then writes."""
     body = source[source.index("def call(args):"):]
-    pairs = re.findall(r"^\s*(\w+) = (\w+)  # reuse$", body, re.M)
+    pairs = re.findall(
+        r"^\s*(\w+) = (?:reinterpret_tensor\()?(\w+)(?:, .*\))?  # reuse$", body, re.M
+    )
     launched = re.findall(r"^\s*(?:launch_)?triton_\w+\((.*)\)$", body, re.M)
     return [(old, new) for new, old in pairs
             if any(new in args.split(", ") for args in launched)]
@@ -73,6 +75,14 @@ def scalar(x):
     return x.sum().exp() * 2
 
 
+def sum_then_view(x):
+    return x.sum(1).view(3, 2, 2).exp()  # one block of memory, another layout
+
+
+def linear_over_4d(x, w, b):
+    return F.gelu(F.linear(x, w, b))  # the matmul runs on a 2-d view of x
+
+
 def conv_bn_relu(x, w, mean, var, gamma, beta):
     y = F.conv2d(x, w, padding=1)
     return F.relu(F.batch_norm(y, mean, var, gamma, beta, training=False))
@@ -90,6 +100,9 @@ def cases(device):
         "int64 sums": (int_sum_then_affine,
                        (torch.randint(-9, 9, (6, 5), **d),), UNFUSED, 1),
         "0-d": (scalar, (torch.randn(4, 3, **d),), UNFUSED, 1),
+        "a view": (sum_then_view, (torch.randn(12, 5, **d),), UNFUSED, 1),
+        "linear over 4-d": (linear_over_4d, (torch.randn(2, 3, 1, 8, **d),
+                            torch.randn(16, 8, **d), torch.randn(16, **d)), None, 1),
         "conv, bn, relu, channels-last": (conv_bn_relu, (
             torch.randn(2, 3, 5, 1, **d).to(memory_format=cl),
             torch.randn(6, 3, 3, 3, **d).to(memory_format=cl),
@@ -110,10 +123,10 @@ def test_a_dying_input_is_written_over(device, case):
     pairs = written_over(source)
     assert len(pairs) == count, source
     assert len(in_out_kernels(source)) == count
-    body = source[source.index("def call(args):"):].splitlines()
+    body = [line.strip() for line in source[source.index("def call(args):"):].splitlines()]
     for old, new in pairs:  # the old name dies at the hand-over, its last use
-        at = body.index(f"    {new} = {old}  # reuse")
-        assert body[at + 1].strip().startswith("del ") and old in body[at + 1]
+        (at,) = [k for k, line in enumerate(body) if line.startswith(f"{new} = ")]
+        assert body[at + 1].startswith("del ") and old in body[at + 1]
         assert not any(re.search(rf"\b{old}\b", line) for line in body[at + 2:])
 
 
@@ -157,13 +170,17 @@ def returned(x):
 
 
 def transposed(x):
-    total = x.sum(2)  # square: the output has the input's layout
-    return total.t() + 1  # but reads another element than it writes
+    total = x.sum(2)  # stored (5, 5)
+    return (total.t() + 1).contiguous()  # reads another element than it writes
 
 
 def flipped(x):
     total = x.sum(1)
     return total.flip(0) * 2  # the same: element n - 1 - i for element i
+
+
+def sliced(x):
+    return x.sum(1)[:-1].exp()  # fewer elements than the input's memory
 
 
 def converted(x):
@@ -178,8 +195,8 @@ def broadcast(x):
     return x.sum(1, keepdim=True).exp() + torch.zeros(6, 4)
 
 
-REFUSED = [differences, read_twice, returned, transposed, flipped, converted,
-           graph_input, broadcast]
+REFUSED = [differences, read_twice, returned, transposed, flipped, sliced,
+           converted, graph_input, broadcast]
 
 
 @pytest.mark.parametrize("fn", REFUSED, ids=lambda f: f.__name__)
@@ -259,3 +276,20 @@ def test_own_addresses(size, stride, expected):
     inside = NonOwningLayout(layout.device, layout.dtype, size, stride, owner="buf9")
     assert not own_addresses(inside)
 
+
+
+def test_same_memory():
+    def layout(size, stride, dtype=torch.float32, offset=0, device="cpu"):
+        return FixedLayout(torch.device(device), dtype, tuple(map(sympy.sympify, size)),
+                           tuple(map(sympy.sympify, stride)), sympy.Integer(offset))
+
+    flat = layout((24,), (1,))
+    assert same_memory(flat, layout((2, 3, 4), (12, 4, 1)))  # a view
+    assert same_memory(flat, layout((4, 6), (1, 4)))  # transposed: still 24 elements
+    assert same_memory(layout((S * 4,), (1,)), layout((S, 4), (4, 1)))
+    assert not same_memory(flat, layout((23,), (1,)))  # fewer elements
+    assert not same_memory(flat, layout((24,), (1,), torch.int32))  # 4 bytes too
+    assert not same_memory(flat, layout((24,), (1,), offset=1))
+    assert not same_memory(layout((24,), (1,), offset=1), flat)
+    assert not same_memory(flat, layout((24,), (1,), device="meta"))
+    assert not same_memory(layout((24, 2), (1, 0)), layout((24, 2), (1, 0)))  # shared
