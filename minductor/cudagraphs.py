@@ -254,12 +254,15 @@ class CUDARecording:
         tensors = [x for x in placeholders if isinstance(x, torch.Tensor)]
         device = tensors[0].device if tensors else torch.cuda.current_device()
         with torch.cuda.device(device):
+            torch._C._cuda_clearCublasWorkspaces()  # the warm-up's: see below
             first = list(call(list(placeholders)))  # plain launches
             if not mutates:
                 first = None  # a replay computes the outputs: one copy at a time
             torch.cuda.synchronize()
+            torch._C._cuda_clearCublasWorkspaces()  # a workspace is pool memory too
             with torch.cuda.graph(self.graph, pool=pool):
                 self.outputs = list(call(list(placeholders)))
+            torch._C._cuda_clearCublasWorkspaces()
             if first is None:
                 self.graph.replay()
                 return

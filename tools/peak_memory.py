@@ -9,7 +9,9 @@ first frame outside torch's own files. It also names the allocation that reached
 peak, and lists the block sizes alive then whose counts differ from the first backend's
 (a float32 copy of a bfloat16 activation shows up as one block of twice the size). Run
 on a GPU:
-    PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends]
+    PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends] [mode]
+where mode is torch.compile's (reduce-overhead: the record covers the first steps,
+where CUDA graphs are recorded).
 """
 
 import copy
@@ -70,25 +72,49 @@ def size_classes(first: Counter, other: Counter) -> str:
     return "\n".join(lines)
 
 
-def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,minductor"):
+def main(
+    name: str,
+    mode: str,
+    dtype: str,
+    backends: str = "eager,inductor,minductor",
+    compile_mode: str = "default",
+):
     training = mode == "training"
     reference, inputs = build(name, training)
     x = on_device(inputs, "cuda", DTYPES[dtype])
     classes: list[Counter] = []
+    # with CUDA graphs the memory is taken while recording, in the first steps: then
+    # the record covers the first three steps (warm-up, recording, a replay)
+    graphed = compile_mode == "reduce-overhead"
     for backend in backends.split(","):
         torch._dynamo.reset()
         model = copy.deepcopy(reference).to("cuda", DTYPES[dtype]).train(training)
-        fn = model if backend == "eager" else torch.compile(model, backend=backend)
-        for _ in range(3):
+        fn = model
+        if backend != "eager":
+            fn = torch.compile(model, backend=backend, mode=compile_mode)
+
+        def one_step():
+            if graphed:
+                torch.compiler.cudagraph_mark_step_begin()
             step(fn, x, training)
+
+        for _ in range(0 if graphed else 3):
+            one_step()
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
-        step(fn, x, training)
+        for _ in range(3 if graphed else 1):
+            one_step()
         torch.cuda.synchronize()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
+        if graphed:  # what CUDA graphs' private pools reserve once recorded
+            pools = [s for s in snap["segments"] if tuple(s["segment_pool_id"]) != (0, 0)]
+            print(f"\n== {name} {mode} {dtype} {backend}: CUDA graph pools reserve "
+                  f"{sum(s['total_size'] for s in pools) / MiB:.0f} MiB in "
+                  f"{len(pools)} segments, {sum(s['allocated_size'] for s in pools) / MiB:.0f}"
+                  f" MiB of it allocated")
         trace = snap["device_traces"][torch.cuda.current_device()]
         peak, blocks, last = live_at_peak(trace)
         groups: dict[str, list[int]] = {}
@@ -116,4 +142,4 @@ def main(name: str, mode: str, dtype: str, backends: str = "eager,inductor,mindu
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
