@@ -14,256 +14,574 @@
 # replace each NotImplementedError with your code.
 
 # %% [markdown]
-# # Exercise 17: kernels that write over their input
+# # Exercise 17: writing over donated inputs
 #
 # **Difficulty:** medium.
 #
-# **You will:** add a pass to the wrapper's memory plan that lets a kernel write its
-# output into the memory of an input that dies at that kernel, instead of allocating
-# new memory: the allocation becomes a `# reuse` line, and the input is no longer
-# freed (its memory lives on under the output's name). You will decide when that is
-# safe, from the kernel's reads and writes, and measure what it saves at the peak.
+# **You will:** let a kernel write its output over a graph input that dies in it, when
+# the caller has promised never to use that input again. You write a version of
+# chapter 15's `inplace_candidates` that accepts such *donated* inputs, and a wrapper
+# that takes the set of donated names and adds their pairs to chapter 17's, without
+# giving away memory it does not own. Then you watch a training step's backward
+# write the gradient of a GELU over the activation its forward saved.
 #
-# **It builds on** chapter 17 (*Wrapper*): the plan as a list of lines
-# (`AllocateLine`, `KernelCallLine`, `FreeLine`, `ReuseLine`, ...), `plan_frees`,
-# which frees each name after its last use, and `plan_reuse`, which hands memory freed
-# *between* two kernels to the next allocation of the same size; chapter 14
-# (*Scheduler*) for each node's `reads` and `writes`, `MemoryDep(name, index)`.
+# **It builds on** chapter 17 (*Wrapper*): `written_over`, which keeps the candidates
+# whose memory is the wrapper's own (never a graph input), `plan`, which writes
+# `buf0 = arg  # reuse` (or a `reinterpret_tensor` of it when the layouts differ)
+# before the kernel, `live_bytes` and `alias_roots`, and the `args.clear()` at the top
+# of `call`; chapter 15 (*Triton kernels*), section "Writing over an input":
+# `inplace_candidates`, `same_memory` and the `in_out_ptr`; chapter 14 (*Scheduler*)
+# for each node's `reads` and `writes`; chapter 1 (*Capture*) for AOTAutograd, which
+# compiles a training step as a forward graph and a backward graph.
 #
-# **Why it matters.** `plan_reuse` cannot help at the moment a kernel runs: its input
-# is still being read, and its output needs memory at the same time, so both are
-# live. When the two are the same size and the kernel reads each input element only
-# where it writes the same output element, one buffer is enough. Inductor does this
-# (`torch/_inductor/codegen/wrapper.py`, `ReuseLine` and the scheduler's
-# `decide_inplace_update`). On the small graph below, the first check pins the
-# plan's peak: from two 40×37 float32 buffers at once (11,840 bytes) to one of them
-# and a 40×5 one (6,720 bytes).
+# **Why it matters.** A graph input is the caller's memory, and the caller may read it
+# after the call, so chapter 17 never lets a kernel write over one. In training that
+# leaves memory on the table. Most of a backward graph's inputs are activations that
+# the forward saved for it, and nothing reads them after the backward. Take
+# `GELU(Linear(x))`. The forward saves the Linear's output, `(300, 70)` floats; the
+# backward's first kernel reads it and the incoming gradient, and writes the gradient
+# of the Linear's output, of the same size. Written over the activation, it needs no
+# 84,000 bytes of its own, and the backward's peak drops from 168,000 bytes to
+# 97,720. AOTAutograd works out which saved tensors share their memory with nothing
+# the caller can still see (`collect_bw_donated_buffer_idxs` in
+# `torch/_functorch/_aot_autograd/graph_compile.py`) and hands their positions to the
+# compiler as `bw_donated_idxs`; Inductor makes those inputs `DonatedBuffer`s
+# (`torch/_inductor/graph.py`), the one kind of graph input its wrapper's `can_reuse`
+# (`torch/_inductor/codegen/wrapper.py`) lets a kernel write over.
 
 # %% [markdown]
 # ## Setup
 
 # %%
+import re
+from unittest import mock
+
 import torch
+import torch.nn.functional as F
+from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import minductor  # noqa: F401  (before Triton is imported)
+import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+from minductor.capture import compile_hooks
+from minductor.codegen_triton import inplace_candidates, same_memory
+from minductor.config import config
+from minductor.ir import MutationBuffer
 from minductor.lowering import GraphLowering
-from minductor.runtime import load_module
-from minductor.scheduler import ExternKernelSchedulerNode, MemoryDep, Scheduler
-from minductor.wrapper import (
-    AllocateLine,
-    FreeLine,
-    KernelCallLine,
-    ReuseLine,
-    WrapperCodeGen,
-)
+from minductor.runtime import empty_strided_cpu, load_module
+from minductor.scheduler import MemoryDep, Scheduler, is_indirect
+from minductor.wrapper import FreeLine, WrapperCodeGen
+
+UNFUSED = {"max_fusion_size": 1}  # each node its own kernel
 
 
-def plan_of(fn, *args, wrapper=WrapperCodeGen):
-    """Lower `fn` and plan its wrapper; return (wrapper, source of the module)."""
-    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
-    w = wrapper(graph, Scheduler(graph), interpret=True)
-    return w, w.generate()
+def lowered(fn, *args, fuse=False):
+    """The graph of `fn` (a function, or an FX graph as it is) and its scheduler. A
+    function's mutations become a `copy_` at the end, as AOTAutograd makes them."""
+    if not isinstance(fn, torch.fx.GraphModule):
+        fn = make_fx(functionalize(fn, remove="mutations"))(*args)
+    graph = GraphLowering(fn, list(args)).lower()
+    with config.patch({} if fuse else UNFUSED):
+        return graph, Scheduler(graph)
+
+
+def plan_of(fn, *args, donated=None):
+    """Plan `fn`'s wrapper: chapter 17's if `donated` is None, else yours (Part 2)
+    with those input names donated. Returns (wrapper, source of the module)."""
+    graph, scheduler = lowered(fn, *args)
+    if donated is None:
+        wrapper = WrapperCodeGen(graph, scheduler, interpret=True)
+    else:
+        wrapper = DonatingWrapper(graph, scheduler, interpret=True, donated=donated)
+    return wrapper, wrapper.generate()
 
 
 def call_lines(source):
     return source[source.index("def call") : source.index("def benchmark")].rstrip()
 
 
-def peak_bytes(lines):
-    """The most bytes the plan's own allocations hold at once (inputs not counted)."""
-    held, now, peak = {}, 0, 0
-    for line in lines:
-        if isinstance(line, AllocateLine):
-            _, dtype, elements = WrapperCodeGen.reuse_key(line.layout)
-            held[line.name] = int(elements) * dtype.itemsize
-            now += held[line.name]
-            peak = max(peak, now)
-        elif isinstance(line, ReuseLine) and line.old in held:
-            held[line.new] = held.pop(line.old)
-        elif isinstance(line, FreeLine):
-            now -= sum(held.pop(name, 0) for name in line.names)
-    return peak
-
-
-# %% [markdown]
-# Here is the plan for a matmul, a pointwise epilogue that does not fuse into it (the
-# matmul is an extern kernel), a second matmul and a second epilogue. Each epilogue
-# reads a buffer that dies right after it (`del buf0`), of the size it writes:
-
-
-# %%
-def mm_chain(x, w, w2):
-    return (torch.relu(x @ w) * 2) @ w2 + 1
-
-
-x, w, w2 = torch.randn(40, 4), torch.randn(4, 37), torch.randn(37, 5)
-plain, source = plan_of(mm_chain, x, w, w2)
-print(call_lines(source))
-print("peak:", peak_bytes(plain.lines), "bytes")
-
-# %% [markdown]
-# ## Part 1: when is it safe?
-#
-# A kernel may write its output `new` into the memory of its input `old` if every
-# element it reads of `old` is the element at the place where it writes `new`: then
-# each lane reads its element before it writes it, and no lane reads what another
-# has already written. With the scheduler's records that is: the node reads `old`
-# only through `MemoryDep`s (not a `StarDep`, "all of it", nor an index that depends
-# on data), all with the same index, and that index is the one of its only write of
-# `new`. The two buffers must also have the same layout (the same index means the
-# same address only then).
-#
-# Write `reads_where_written(node, old, new)`. `node.reads` and `node.writes` are
-# frozensets of deps; a `MemoryDep` has `.name` and `.index` (a sympy expression over
-# the node's loop variables: `buf0[x0 + 7*x1]`).
-
-
-# %%
-def reads_where_written(node, old, new):
-    raise NotImplementedError("your code here")
-
-
-# %% [markdown]
-# ## Part 2: the pass
-#
-# Write `plan_inplace(lines, nodes)`, a pass over the finished plan. `nodes` maps each
-# `KernelCallLine` (by position in `lines`) to its scheduler node. For each kernel
-# call at position `k`, look for an input `old` that
-#
-# * is one of the kernel's arguments (`line.kernel.call_args`) and is freed by the
-#   `FreeLine` right after the call (`lines[k + 1]`): it dies here;
-# * was made by an `AllocateLine` of this plan (not a graph input, which is the
-#   caller's memory, nor a name that already shares memory through a `ReuseLine`),
-#   with the same `layout` as an `AllocateLine` for one of the kernel's outputs
-#   `new` that comes before the call;
-# * passes `reads_where_written(node, old, new)`.
-#
-# Then replace that `AllocateLine` by `ReuseLine(old, new)` and take `old` out of the
-# `FreeLine` after the call (drop the line if it is left empty). One input per
-# output, and at most one output per input. Return the new list of lines.
-
-
-# %%
-def plan_inplace(lines, nodes):
-    raise NotImplementedError("your code here")
-
-
-# %% [markdown]
-# The wrapper runs the pass after its own planning. `nodes` comes from the scheduler:
-# the wrapper emits one kernel call per node that is not an extern kernel, in order.
-
-
-# %%
-class InPlaceWrapper(WrapperCodeGen):
-    def plan(self):
-        super().plan()
-        kernels = [
-            n
-            for n in self.scheduler.nodes
-            if not isinstance(n, ExternKernelSchedulerNode)
-        ]
-        calls = [
-            k for k, line in enumerate(self.lines) if isinstance(line, KernelCallLine)
-        ]
-        assert len(calls) == len(kernels), (calls, kernels)
-        self.lines = plan_inplace(self.lines, dict(zip(calls, kernels)))
-
-
 def run(source, *args):
-    return load_module(source).call(list(args))
+    """Run `call` on `args`; return its outputs and the bytes of each buffer it
+    allocated. `call` gets a list of its own, as from AOTAutograd."""
+    module = load_module(source)
+    allocated = []
+
+    def recording(size, stride, dtype):
+        tensor = empty_strided_cpu(size, stride, dtype)
+        allocated.append(tensor.untyped_storage().nbytes())
+        return tensor
+
+    with mock.patch.object(module, "empty_strided_cpu", recording):
+        return module.call(list(args)), allocated
+
+
+# %% [markdown]
+# Here is where donated inputs come from. We compile a training step of `Linear(48,
+# 70)` and `GELU` with minductor, and a hook (chapter 1's `compile_hooks`, called for
+# every graph compiled) keeps the backward's FX graph and, from the tracing context
+# AOTAutograd compiles it in, its `bw_donated_idxs`: positions among the backward's
+# inputs.
+
+
+# %%
+def training_step_backward(batch=300):
+    """The backward graph of GELU(Linear(48, 70)), its input names, and the names of
+    the inputs AOTAutograd donates."""
+    found = []
+
+    def keep(gm, graph, scheduler, wrapper, compiled):
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        found.append((gm, list(graph.graph_input_names), meta.bw_donated_idxs))
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 70), torch.nn.GELU())
+    compile_hooks.append(keep)
+    try:
+        compiled = torch.compile(model, backend="minductor")
+        compiled(torch.randn(batch, 48)).sum().backward()
+    finally:
+        compile_hooks.remove(keep)
+    gm, names, positions = found[-1]  # the forward is compiled first, then this
+    return gm, names, {names[i] for i in positions}
+
+
+def example_inputs(gm):
+    """Random tensors shaped like the graph's inputs."""
+    values = [node.meta["val"] for node in gm.graph.find_nodes(op="placeholder")]
+    return [torch.empty_strided(v.shape, v.stride()).normal_() for v in values]
+
+
+backward, names, donated = training_step_backward()
+print("backward inputs:", names, " donated:", sorted(donated))
+bw_inputs = example_inputs(backward)
+plain, plain_source = plan_of(backward, *bw_inputs)
+print(call_lines(plain_source))
+
+# %% [markdown]
+# `primals_3` is the model's input `x`, which the caller still holds; `tangents_1` is
+# the incoming gradient; `addmm` is the saved activation, the only input donated. The
+# GELU's backward kernel reads `tangents_1` and `addmm` where it writes `buf0`, and
+# both die there, yet `buf0` gets 84,000 bytes of its own: chapter 17 gives away no
+# graph input.
+#
+# Why may `call` write over `addmm` at all, when the caller passed it in? Because of
+# what happens around the call. Before AOTAutograd calls the compiled backward, it
+# clears the saved tensors from the autograd context (`ctx.maybe_clear_saved_tensors()`
+# in `CompiledFunction._backward_impl`, `torch/_functorch/_aot_autograd/
+# runtime_wrappers.py`) and hands over the list of inputs (`steal_args=True`); `call`
+# unpacks the list into its own names and clears it (`args.clear()`). From then on
+# `call` holds the only reference to `addmm`: its `del addmm` frees it, and a kernel
+# may as well write over it first. A donation is the caller's promise; the compiled
+# code cannot check it, only keep to what it was promised.
+
+# %% [markdown]
+# ## Part 1: the candidates
+#
+# Start from chapter 15's rules (read `inplace_candidates` in
+# `minductor/codegen_triton.py`, or chapter 15). For a member that stores plainly,
+# an input `old` it reads may be written over when `old` is not a graph output, not
+# made in the same kernel, has this member as its only reader, is read only where the
+# member writes, and its layout is `same_memory` as the output's. Chapter 15 also
+# refuses every graph input. Before you let a donated one through, check that the
+# other rules still protect an input that the caller gave away but the graph itself
+# still needs:
+#
+# * **returned as it is**: a graph output (`scheduler.output_names` holds input names
+#   too). The caller gets it back, and will read it;
+# * **another name for it**: a view of an input that the graph returns becomes a
+#   `ReinterpretBuffer` (a node of its own, reading the input), and an ATen op that may
+#   return a view reads it too: either is a second reader. A view that a kernel reads
+#   through is no node at all: it is folded into the kernel's index, which the index
+#   rule sees (of a `(50, 60)` input, `x.t().contiguous()` reads `x_1[60*x0 + x1]`
+#   where it writes `buf0[x0 + 50*x1]`);
+# * **written by the graph**: an input mutated in place (`x.add_(1)`, which becomes a
+#   `MutationBuffer` into `x_1` at the end of the graph) is read by that mutation;
+# * **its layout**: `scheduler._buffer(name)` gives a graph input's `InputBuffer`,
+#   whose layout is the tensor's at compile time (its `offset` is the storage offset,
+#   so `same_memory` refuses an input that starts inside its storage). A size input
+#   (a `SymInt`) has no buffer: `None`.
+#
+# One thing no rule of chapter 15 covers: a graph's **constants** (`graph.constants`,
+# tensors that `make_fx` or Dynamo lifted out of the program) are graph inputs too,
+# passed by the compiled graph itself to every call (`CompiledGraph.__call__`, chapter
+# 1), and held by it between calls. No caller can give one away, whatever it names.
+#
+# Write `candidates(scheduler, donated)`: chapter 15's rules, but a graph input may be
+# written over when it is in `donated` and is not a constant. With `donated` empty it
+# must return what `inplace_candidates` returns. `readers_of(scheduler)` and
+# `stores_plainly(scheduler, member)` below do the parts that do not change.
+#
+# For each kernel (`scheduler.nodes`, leaving out `node.is_extern()` ones) and each of
+# its members (`node.snodes`, each a `SchedulerNode` whose `node` is the output buffer
+# and whose `get_name()` is its name) that `stores_plainly`, try the names it reads
+# (`member.read_names()`) in sorted order, and give the member the first `old` that
+#
+# * is not a graph output, nor made by a member of the same kernel;
+# * is not a graph input (`scheduler.graph.graph_inputs`), unless it is donated and
+#   not a constant (`scheduler.graph.constants`);
+# * has this member as its only reader: `readers[old] == {member.get_name()}`;
+# * is read through one dependency, `MemoryDep(old, write.index)`, where `write` is
+#   the member's only write: `{d for d in member.reads if d.name == old}` is that set;
+# * is a buffer (`scheduler._buffer(old)` is not `None`) whose layout is
+#   `same_memory` as the member's output layout;
+# * was not given to another output already.
+#
+# Return `{old: output name}`, as `inplace_candidates` does.
+
+
+# %%
+def readers_of(scheduler):
+    """name -> the names of the nodes that read it, kernel members one by one."""
+    readers = {}
+    for node in scheduler.nodes:
+        for member in getattr(node, "snodes", (node,)):
+            for name in member.read_names():
+                readers.setdefault(name, set()).add(member.get_name())
+    return readers
+
+
+def stores_plainly(scheduler, member):
+    """Does the member store each element once, at an address known before it runs?
+    Not a reduction (it stores after its loop), a scatter or other mutation, an
+    indirect store, nor a buffer the scheduler removed (it never reaches memory)."""
+    write = next(iter(member.writes), None)
+    return (
+        len(member.writes) == 1
+        and isinstance(write, MemoryDep)
+        and not is_indirect(write.index)
+        and not member.is_reduction()
+        and not isinstance(member.node, MutationBuffer)
+        and member.get_name() not in scheduler.removed_buffers
+    )
+
+
+def candidates(scheduler, donated):
+    raise NotImplementedError("your code here")
+
+
+# %% [markdown]
+# ## Part 2: the wrapper
+#
+# `DonatingWrapper` is chapter 17's wrapper with a set of donated input names. Its
+# `written_over` must return chapter 17's pairs (memory the wrapper owns, filtered by
+# its rules: keep them, do not copy them) plus the pairs of your candidates whose
+# input is donated. Nothing else changes: `plan` writes the `# reuse` line (a
+# `reinterpret_tensor` when the layouts differ) and `plan_frees` the `del` of the
+# input's name, and chapter 15's kernel gives each pair an `in_out_ptr`.
+#
+# Mind two things. `config.inplace_buffers = False` switches all writing over off,
+# donated or not. And a kernel gets one pointer per output: an output may be written
+# over one input, never two. Your candidates and chapter 15's can disagree about an
+# output that reads both a dying buffer of the wrapper's and a donated input (each
+# takes the first name in sorted order that it accepts, and `addmm_1` sorts before
+# `buf0`).
+
+
+# %%
+class DonatingWrapper(WrapperCodeGen):
+    def __init__(self, graph, scheduler, interpret, donated=()):
+        super().__init__(graph, scheduler, interpret)
+        self.donated = frozenset(donated)
+
+    def written_over(self):
+        raise NotImplementedError("your code here")
 
 
 # %% [markdown]
 # ## Checks
 #
-# Structure (the `# reuse` lines, where they may appear and where they must not), the
-# peak, and the values: the module runs and matches eager. The shapes are large
-# enough that a kernel runs as several programs, so a wrong reuse would show in the
-# values too.
+# The backward first: its GELU kernel written over the saved activation, the values
+# compared with the backward run eagerly on copies of the same inputs, the memory
+# counted; then views, the inputs that stay the caller's, and the rules an input
+# must still pass. Shapes are large enough that a pointwise kernel runs as several
+# programs in the interpreter (a block has at most 1024 elements), one after
+# another: a program that wrote over what a later one still has to load would show
+# in the values.
+#
+# How to count the saving honestly? `live_bytes` counts the buffers `call` makes and
+# leaves out graph inputs, which are there all along. A donated input is not: the
+# caller let go of it, so `call` holds it until its last name is deleted, and that is
+# when its memory goes back. `held_bytes` adds each donated input to `live_bytes`
+# until then. Written over, its memory lives on under the output's name (the
+# `# reuse` line joins the two names' groups, `alias_roots`), and `live_bytes`
+# counts no new buffer for the output: alone, it would say the backward's peak fell
+# from 97,720 bytes to 13,720, forgetting the block `buf0` lives in. Both plans are
+# given the same donated inputs; only what they do with them differs.
 
 
 # %%
-def test_epilogues_write_in_place():
-    planned, source = plan_of(mm_chain, x, w, w2, wrapper=InPlaceWrapper)
-    text = call_lines(source)
-    assert "buf1 = buf0  # reuse" in text, text
-    assert "buf3 = buf2  # reuse" in text, text
-    assert "del buf0" not in text and "del buf2" not in text, text
-    (out,) = run(source, x, w, w2)
-    torch.testing.assert_close(out, mm_chain(x, w, w2))
-    before, after = peak_bytes(plain.lines), peak_bytes(planned.lines)
-    # before: buf0 and buf1 (40x37) at once; after: buf1 is buf0, and the peak is
-    # while it is still live and the second matmul's buf2 (40x5) is allocated
-    assert (before, after) == (2 * 40 * 37 * 4, 40 * 37 * 4 + 40 * 5 * 4)
+def held_bytes(wrapper, donated):
+    """The most bytes `call` holds at once: the plan's buffers (`live_bytes`) and the
+    donated inputs, each until the last name of its memory is deleted."""
+    roots = wrapper.alias_roots()
+
+    def group(name):
+        return roots.get(name, name)
+
+    names = {group(n): {n} for n in donated}  # group -> its names not yet deleted
+    sizes = {group(n): wrapper.nbytes(wrapper.layouts[n]) for n in donated}
+    inputs, peak = sum(sizes.values()), 0
+    for line, live in zip(wrapper.lines, wrapper.live_bytes(group)):
+        for name in line.defines():
+            names.get(group(name), set()).add(name)
+        if isinstance(line, FreeLine):
+            for name in line.names:
+                g = group(name)
+                if g in names:
+                    names[g].discard(name)
+                    if not names[g]:
+                        inputs -= sizes.pop(g)
+                        del names[g]
+        peak = max(peak, live + inputs)
+    return peak
 
 
-def test_not_over_a_graph_input():
-    def fn(x, y):
-        return torch.relu(x) * y
-
-    a, b = torch.randn(30, 41), torch.randn(30, 41)
-    planned, source = plan_of(fn, a, b, wrapper=InPlaceWrapper)
-    assert "# reuse" not in source, call_lines(source)
-    (out,) = run(source, a, b)
-    torch.testing.assert_close(out, fn(a, b))
+def written_over(source):
+    """The `# reuse` lines of `call`, and the kernels with an `in_out_ptr`."""
+    lines = call_lines(source).splitlines()
+    reuses = [line.strip() for line in lines if "# reuse" in line]
+    return reuses, len(re.findall(r"def triton_\w+\(in_out_ptr0", source))
 
 
-def test_not_where_other_elements_are_read():
-    def fn(x, w):
-        z = x @ w
-        return z + z.flip(1), (z * 2).sum(0)  # flip: another element of z
-
-    a, b = torch.randn(40, 3), torch.randn(3, 37)
-    planned, source = plan_of(fn, a, b, wrapper=InPlaceWrapper)
-    text = call_lines(source)
-    assert "= buf0  # reuse" not in text, text
-    for got, want in zip(run(source, a, b), fn(a, b)):
-        torch.testing.assert_close(got, want)
-
-
-def test_not_while_still_needed():
-    def fn(x, w):
-        z = x @ w
-        return torch.relu(z) * 2, z  # z is returned: it never dies
-
-    planned, source = plan_of(fn, x, w, wrapper=InPlaceWrapper)
-    text = call_lines(source)
-    assert "# reuse" not in text, text
-    for got, want in zip(run(source, x, w), fn(x, w)):
-        torch.testing.assert_close(got, want)
+def test_the_backward_writes_over_its_saved_activation():
+    (saved,) = donated
+    planned, source = plan_of(backward, *bw_inputs, donated=donated)
+    assert written_over(source) == ([f"buf0 = {saved}  # reuse"], 1), call_lines(source)
+    inputs = dict(zip(names, example_inputs(backward)))
+    copies = {name: t.clone() for name, t in inputs.items()}
+    expected = backward(*copies.values())
+    # what the GELU kernel computes: the gradient of the Linear's output
+    gradient = torch.ops.aten.gelu_backward(copies["tangents_1"], copies[saved])
+    got, allocated = run(source, *inputs.values())
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    # the caller's saved tensor now holds the gradient: it must not be used again
+    torch.testing.assert_close(inputs[saved], gradient, atol=1e-4, rtol=1e-4)
+    activation, weight, bias = 300 * 70 * 4, 70 * 48 * 4, 70 * 4  # bytes
+    _, plain_allocated = run(plain_source, *example_inputs(backward))
+    assert sorted(plain_allocated) == sorted(allocated + [activation])
+    # chapter 17's plan holds the saved activation and buf0 while the kernel runs;
+    # yours, at most the activation's memory and the weight's and bias's gradients
+    peaks = held_bytes(plain, donated), held_bytes(planned, donated)
+    assert peaks == (2 * activation, activation + weight + bias), peaks
 
 
-def test_layouts_must_match():
-    def fn(x, w):
-        return (x @ w).to(torch.float16) + 1  # same offsets, not the same bytes
+def view_as_matrix(x):
+    return x.view(50, 60).relu()  # reads x_1[x0], writes (50, 60)
 
-    planned, source = plan_of(fn, x, w, wrapper=InPlaceWrapper)
-    assert "# reuse" not in source, call_lines(source)
-    (out,) = run(source, x, w)
-    assert out.dtype == torch.float16
-    torch.testing.assert_close(out, fn(x, w))
+
+def transposed(x):
+    return x.t() * 2  # eager keeps the input's order: stored (60, 50), (1, 60)
+
+
+def test_a_donated_input_in_another_layout():
+    cases = [
+        (view_as_matrix, torch.randn(3000), "(50, 60), (60, 1)"),
+        (transposed, torch.randn(50, 60), "(60, 50), (1, 60)"),
+    ]
+    for fn, x, view in cases:
+        _, source = plan_of(fn, x, donated={"x_1"})
+        reuses, in_out = written_over(source)
+        assert len(reuses) == 1 and f"reinterpret_tensor(x_1, {view}, 0)" in reuses[0]
+        assert in_out == 1, source
+        expected, address = fn(x.clone()), x.data_ptr()
+        (out,), allocated = run(source, x)
+        assert allocated == [], fn.__name__  # nothing new: the output is x's memory
+        assert out.data_ptr() == address and out.stride() == expected.stride()
+        torch.testing.assert_close(out, expected)
+
+
+def gelu_of_product(a, b):
+    return F.gelu(a * b)  # both die in the one kernel
+
+
+def sum_then_exp(x):
+    return (x.sum(1) * 2).exp()  # one kernel: the sums never reach memory
+
+
+def test_what_is_not_donated_stays_the_callers():
+    a, b, square = torch.randn(3000), torch.randn(3000), torch.randn(50, 60)
+    _, plain_source = plan_of(gelu_of_product, a, b)
+    for fn, args in [
+        (gelu_of_product, (a, b)),
+        (view_as_matrix, (a,)),
+        (backward, bw_inputs),
+    ]:
+        graph, scheduler = lowered(fn, *args)
+        assert candidates(scheduler, set()) == inplace_candidates(scheduler)
+        assert plan_of(fn, *args, donated=set())[1] == plan_of(fn, *args)[1]
+    for fn, args in [(sum_then_exp, (square,)), (backward, bw_inputs)]:
+        _, scheduler = lowered(fn, *args, fuse=True)  # kernels of several members
+        assert candidates(scheduler, set()) == inplace_candidates(scheduler)
+    _, source = plan_of(gelu_of_product, a, b, donated={"b_1"})
+    assert written_over(source) == (["buf0 = b_1  # reuse"], 1), call_lines(source)
+    kept, expected = a.clone(), gelu_of_product(a, b)
+    for code in (plain_source, source):  # chapter 17's, then yours with b donated
+        (out,), _ = run(code, a, b.clone())
+        torch.testing.assert_close(out, expected)
+        assert torch.equal(a, kept)  # not donated: as it was
+
+
+def mirrored(x):
+    return x - x.flip(0)  # two addresses of one input, one of them another's
+
+
+def read_twice(x):
+    return x.exp(), x.cos()  # two kernels read it
+
+
+def returned(x):
+    return x, x.exp()  # the caller gets it back
+
+
+def returned_view(x):
+    return x.view(50, 60), x.exp()  # another name for it: a ReinterpretBuffer
+
+
+def transposed_read(x):
+    return x.t().contiguous() * 2  # the same layout, another element
+
+
+def bumped(x):
+    x.add_(1)  # a mutation of the input: the graph writes it
+    return x.exp()
+
+
+def to_float(x):
+    return x.float() * 0.5  # int32 to float32: four bytes each, another type
+
+
+def fewer(x):
+    return x[:1000].exp()  # reads where it writes, but 2000 elements fewer
+
+
+def exp_of(x):
+    return x.exp()  # of an input that starts 10 elements into its storage
+
+
+VALUES = torch.linspace(-1, 1, 3000).tolist()
+
+
+def with_constant(x):
+    return torch.tensor(VALUES) * x.sum()  # a constant the graph holds
+
+
+def outputs(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def test_what_stays_refused():
+    x, square = torch.randn(3000), torch.randn(50, 60)
+    cases = [
+        (mirrored, x),
+        (read_twice, x),
+        (returned, x),
+        (returned_view, x),
+        (transposed_read, square),
+        (bumped, x),
+        (to_float, torch.randint(-9, 10, (3000,), dtype=torch.int32)),
+        (fewer, x),
+        (exp_of, torch.randn(3010)[10:]),
+        (with_constant, torch.randn(10)),
+    ]
+    written = []  # the cases where an input was written over
+    for fn, arg in cases:
+        graph, scheduler = lowered(fn, arg)
+        everything = set(graph.graph_input_names)  # the constant's name too
+        _, source = plan_of(fn, arg, donated=everything)
+        if set(candidates(scheduler, everything)) - {b.name for b in graph.buffers} or (
+            source != plan_of(fn, arg)[1]  # donating must change nothing
+        ):
+            written.append(fn.__name__)
+            continue
+        constants = list(graph.constants.values())
+        kept, eager_arg = [t.clone() for t in constants], arg.clone()
+        for _ in range(2):  # a constant written over would change the second call
+            expected = outputs(fn(eager_arg))
+            got, _ = run(source, arg, *constants)
+            for g, e in zip(got, expected, strict=True):
+                torch.testing.assert_close(g, e)
+            assert torch.equal(arg, eager_arg), fn.__name__  # as eager leaves it
+            assert all(map(torch.equal, constants, kept)), fn.__name__
+    assert written == [], f"written over: {written}"
+
+
+def mm_times_sigmoid(addmm, x, w):
+    return (x @ w) * addmm.sigmoid()  # the matmul's result and addmm die here
+
+
+def test_one_input_per_output():
+    a, b = torch.randn(3000), torch.randn(3000)
+    _, scheduler = lowered(gelu_of_product, a, b)
+    assert candidates(scheduler, {"a_1", "b_1"}) == {"a_1": "buf0"}  # the first
+    mm_args = (torch.randn(300, 70), torch.randn(300, 48), torch.randn(48, 70))
+    for fn, args, given in [
+        (gelu_of_product, (a, b), {"a_1", "b_1"}),
+        (mm_times_sigmoid, mm_args, {"addmm_1"}),  # and the matmul's result, buf0
+    ]:
+        _, source = plan_of(fn, *args, donated=given)
+        reuses, in_out = written_over(source)
+        output = "buf1" if fn is mm_times_sigmoid else "buf0"
+        assert len(reuses) == 1 and reuses[0].startswith(f"{output} = "), reuses
+        assert in_out == 1, source
+        expected = fn(*(t.clone() for t in args))
+        (out,), _ = run(source, *args)
+        torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+def conv_and_sigmoid(saved, x, w):
+    return F.conv2d(x, w).exp(), saved.sigmoid()
+
+
+def test_chapter_17s_rules_stay():
+    args = (torch.randn(3000), torch.randn(2, 3, 30, 30), torch.randn(4, 3, 3, 3))
+    graph, scheduler = lowered(conv_and_sigmoid, *args)
+    wrapper = DonatingWrapper(graph, scheduler, interpret=True, donated={"saved_1"})
+    assert wrapper.written_over() == {"buf0": "buf1", "saved_1": "buf2"}
+    # were convolution an op that may return a view of its input, its result would
+    # not be the wrapper's memory to give; the donated input still is
+    may_alias = mock.patch.object(
+        WrapperCodeGen, "may_alias", staticmethod(lambda op: True)
+    )
+    with may_alias:
+        assert wrapper.written_over() == {"saved_1": "buf2"}
+    with config.patch({"inplace_buffers": False}):
+        assert wrapper.written_over() == {}
 
 
 # %% [markdown]
 # ## Run the checks
 
 # %% tags=["raises-exception"]
-test_epilogues_write_in_place()
-test_not_over_a_graph_input()
-test_not_where_other_elements_are_read()
-test_not_while_still_needed()
-test_layouts_must_match()
+test_the_backward_writes_over_its_saved_activation()
+test_a_donated_input_in_another_layout()
+test_what_is_not_donated_stays_the_callers()
+test_what_stays_refused()
+test_one_input_per_output()
+test_chapter_17s_rules_stay()
 
 # %% [markdown]
 # ## Going further
 #
-# 1. A graph input that the caller hands over and never uses again (Inductor's
-#    "donated buffers") could be written over too. What would the wrapper need to know
-#    about it, and from whom?
-# 2. `reads_where_written` compares indices as expressions. Find a kernel where two
-#    different expressions give the same addresses (a size-1 dimension helps), so that
-#    the pass refuses a safe reuse. Would `sizevars` simplification fix it?
-# 3. A reduction kernel reads a row and writes one value: its output is smaller than
-#    its input, so no `AllocateLine` matches. Could the output live at the start of the
-#    input's memory anyway? What would the plan have to say about that memory's size?
+# 1. Pass the donations through the capture. In `compile_backward` (chapter 1), the
+#    tracing context's `fw_metadata.bw_donated_idxs` are positions among the
+#    backward graph's placeholders, in the order of `graph.graph_input_names`. What
+#    would `compile_fx` need to hand the wrapper? AOTAutograd raises "This backward
+#    function was compiled with non-empty donated buffers" when a backward compiled
+#    with them runs under `backward(retain_graph=True)`: why would a second backward
+#    find the promise broken?
+# 2. A donated input that the caller holds anyway, as the checks hold `addmm`, now
+#    holds a gradient: a wrong answer later, not an error now. What if two inputs
+#    share one storage (the same tensor passed twice, or two views of one) and only
+#    one is donated? Which of our rules could see it, and which of AOTAutograd's does
+#    (`collect_fw_donated_buffer_idxs` compares `StorageWeakRef`s)?
+# 3. A donated input that no pointwise kernel can write over (read by an `mm`, or by
+#    a reduction) is freed at its `del`, and that is all: Inductor does the same
+#    (`codegen_free`: a graph input, donated or not, "can be freed but not reused").
+#    Could chapter 17's pool hand its memory to a later allocation of its size? What
+#    would `plan_reuse` (its `holders`) and `live_bytes` need to know about it?
+# 4. A reduction stores after its loop, so chapter 15 refuses it. Could `x.sum(1)`
+#    over a donated `(M, N)` input write its `M` sums into the first `M` elements of
+#    `x`? Which program stores into a row that another program may still be reading,
+#    and in what order of programs would it be safe? What would `same_memory` and the
+#    pool have to say about an output whose storage is `N` times its size?
