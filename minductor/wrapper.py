@@ -535,7 +535,8 @@ class WrapperCodeGen:
                     after = [FreeLine((old,))]
                     break
             elif isinstance(line, ReuseLine) and line.old in holders:
-                holders[line.new] = holders.pop(line.old)
+                layout = holders.pop(line.old)  # the new name's tensor: its own view
+                holders[line.new] = line.layout or layout
             elif isinstance(line, FreeLine):
                 for name in line.names:
                     live.get(group(name), set()).discard(name)

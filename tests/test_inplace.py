@@ -21,7 +21,7 @@ from minductor.config import config
 from minductor.ir import FixedLayout, NonOwningLayout
 from minductor.lowering import GraphLowering
 from minductor.scheduler import Scheduler
-from minductor.wrapper import ReuseLine, WrapperCodeGen
+from minductor.wrapper import AllocateLine, ReinterpretLine, ReuseLine, WrapperCodeGen
 
 UNFUSED = {"max_fusion_size": 1}  # each node its own kernel: a value between kernels
 
@@ -152,6 +152,54 @@ def test_half_precision_and_training_match_eager(device):
     tol = 1e-2 if device == "cuda" else 1e-4
     for got, expected in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+
+
+def pooled_view(x):
+    total = x.sum(2)  # (32, 64)
+    rows = total.view(2, 16, 64).relu()  # written over it, viewed as (2, 16, 64)
+    both = rows.sum(0) * rows.amax(0)  # its last readers
+    return both, x[:, :, 0] * 2  # (32, 64) again: takes the pooled memory
+
+
+def tensor_layouts(wrapper):
+    """The size and stride each name of `call` holds, line by line, as run."""
+    held = {}
+    for line in wrapper.lines:
+        if isinstance(line, AllocateLine):
+            held[line.name] = line.layout
+        elif isinstance(line, ReuseLine):
+            held[line.new] = line.layout or held.get(line.old)
+        elif isinstance(line, ReinterpretLine):
+            held[line.node.name] = line.node.layout
+    return {name: (lay.size, lay.stride) for name, lay in held.items() if lay}
+
+
+@pytest.mark.parametrize("case", [*CASES, "pooled view"])
+def test_every_name_holds_its_own_layout(case):
+    """Memory handed over, by a kernel writing over its input or by the pool after,
+    is viewed as the new buffer's layout, never left in the old one's."""
+    if case == "pooled view":
+        fn, args = pooled_view, (torch.randn(32, 64, 3),)
+        options = UNFUSED | {"realize_reads_threshold": 0}  # rows is stored
+    else:
+        fn, args, options, _ = cases("cpu")[case]
+    with config.patch(options or {}):
+        graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+        wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
+        wrapper.plan()
+    planned = {b.name: (b.layout.size, b.layout.stride) for b in graph.buffers
+               if type(b.layout) is FixedLayout}
+    held = tensor_layouts(wrapper)
+    assert any(isinstance(line, ReuseLine) for line in wrapper.lines)
+    for name, layout in held.items():
+        if name in planned:
+            assert layout == planned[name], (name, layout, planned[name])
+
+
+def test_a_pooled_view_is_viewed_again():
+    x = torch.randn(32, 64, 3)
+    source = compiled(pooled_view, x, options=UNFUSED | {"realize_reads_threshold": 0})
+    assert "reinterpret_tensor(buf1, (32, 64), (64, 1), 0)  # reuse" in source, source
 
 
 def differences(x):
