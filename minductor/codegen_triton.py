@@ -589,11 +589,11 @@ def storage_elements(layout: FixedLayout) -> sympy.Expr:
 
 def same_memory(a: FixedLayout, b: FixedLayout) -> bool:
     """Are the two layouts one block of memory, each element of b at its own address?"""
+    if not (own_addresses(a) and own_addresses(b)):  # plain layouts, no overlaps
+        return False
     if (a.device, a.dtype, a.offset, b.offset) != (b.device, b.dtype, 0, 0):
         return False
-    return own_addresses(a) and own_addresses(b) and (
-        storage_elements(a) == storage_elements(b)
-    )
+    return storage_elements(a) == storage_elements(b)
 
 
 def own_addresses(layout: FixedLayout) -> bool:

@@ -18,7 +18,7 @@ from helpers import DEVICES
 from minductor.capture import record_compiled
 from minductor.codegen_triton import inplace_candidates, own_addresses, same_memory
 from minductor.config import config
-from minductor.ir import FixedLayout, NonOwningLayout
+from minductor.ir import FixedLayout, MultiOutputLayout, NonOwningLayout
 from minductor.lowering import GraphLowering
 from minductor.scheduler import Scheduler
 from minductor.wrapper import AllocateLine, ReinterpretLine, ReuseLine, WrapperCodeGen
@@ -341,3 +341,4 @@ def test_same_memory():
     assert not same_memory(layout((24,), (1,), offset=1), flat)
     assert not same_memory(flat, layout((24,), (1,), device="meta"))
     assert not same_memory(layout((24, 2), (1, 0)), layout((24, 2), (1, 0)))  # shared
+    assert not same_memory(MultiOutputLayout(torch.device("cpu")), flat)  # no memory
