@@ -559,7 +559,6 @@ def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
                 or name in scheduler.removed_buffers
                 or not isinstance(write, MemoryDep)
                 or is_indirect(write.index)
-                or not own_addresses(out.layout)
             ):
                 continue
             # an input made in this kernel too never reaches memory: it is removed
