@@ -246,8 +246,8 @@ def _is_pointwise_use(node: torch.fx.Node) -> bool:
 
 @register_lowering(aten.addmm, graph=True, extern=True)
 def addmm(graph, bias, a, b, *, beta=1, alpha=1):
-    users = graph.current_node.users
-    unfuse = users and all(map(_is_pointwise_use, users))
+    found = list(readers(graph.current_node))  # through views: a Linear on 3-d
+    unfuse = found and all(map(_is_pointwise_use, found))
     split = unfuse or (needs_padding(a, b) and not per_column(bias, a, b))
     if beta == 1 and alpha == 1 and split:
         return add(extern_out(graph, aten.mm.default, (a, b), {}), bias)

@@ -65,6 +65,31 @@ def test_linear_bias_gelu_is_one_mm_and_one_kernel(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("after", ["gelu", "residual add"])
+def test_linear_on_3d_is_unfused_through_the_view(device, after):
+    """A Linear over (batch, sequence, features) is addmm, a view back to 3-d, then the
+    pointwise op: the view must not hide it. The bias joins the pointwise kernel."""
+    x, w, b = (randn(*s, device=device) for s in [(1, 5, 9), (9, 9), (9,)])
+    if after == "gelu":
+        fn = lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh")  # noqa: E731
+    else:
+        fn = lambda x, w, b: x + F.linear(x, w, b)  # noqa: E731
+    with record_compiled() as graphs:
+        kernels, fallbacks = run(fn, x, w, b)
+    source = graphs[0].source
+    assert "extern_kernels.addmm" not in source and source.count("extern_kernels.mm(") == 1
+    assert len(kernels) == 1 and fallbacks == []  # bias, view and op: one kernel
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_addmm_stays_whole_when_a_view_of_it_is_returned(device):
+    x, w, b = (randn(*s, device=device) for s in [(2, 5, 9), (9, 9), (9,)])
+    with record_compiled() as graphs:
+        run(lambda x, w, b: (F.linear(x, w, b), F.linear(x, w, b).relu()), x, w, b)
+    assert "extern_kernels.addmm(" in graphs[0].source
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_addmm_stays_whole_when_its_result_is_returned(device):
     x, w, b = (randn(*s, device=device) for s in [(6, 9), (11, 9), (11,)])
     with record_compiled() as graphs:

@@ -1,13 +1,17 @@
 """Host wall time per call with and without CUDA graphs (chapter 19), on a GPU.
 
-Three workloads, each where the host sets the pace:
+Four workloads, each where the host sets the pace:
   (a) tiny-op chain: 20 rounds of sin/cos/tanh/relu over a 64x64 fp32 tensor;
   (b) a GPT-2-like block (hand-written, random weights) at batch 1, sequence 128,
       inference;
-  (c) one training step of (b): forward, backward, an SGD step.
+  (c) the model suite's GPT-2 (124M, Hugging Face, random weights), bfloat16, batch 1,
+      128 tokens, inference;
+  (d) one training step of (b): forward, backward, an SGD step.
 Backends: eager, Inductor (default and mode="reduce-overhead"), minductor (default and
-mode="reduce-overhead"). Each is checked against eager before it is timed. Prints a
-markdown table. Run on a GPU:
+mode="reduce-overhead"). Each is checked against eager before it is timed. The host's
+speed drifts, so all backends of a workload are compiled first and then timed in turns:
+ROUNDS rounds of N calls each, the order reversed every round, the median round kept.
+Prints a markdown table. Run on a GPU:
     PYTHONPATH=$PWD python tools/cudagraph_bench.py [--calls N]
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import statistics
 import time
 
 import torch
@@ -54,8 +59,9 @@ class Block(nn.Module):
     def forward(self, x):  # (B, T, C)
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-                   for t in (q, k, v))  # (B, H, T, D)
+        q, k, v = (
+            t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)
+        )  # (B, H, T, D)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -64,15 +70,16 @@ class Block(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+ROUNDS = 6
+
+
 def make_fn(backend, mode, fn):
     if backend is None:
         return fn
     return torch.compile(fn, backend=backend, mode=mode)
 
 
-def per_call_ms(step, calls: int) -> float:
-    for _ in range(5):  # compile, warm up, record
-        step()
+def round_ms(step, calls: int) -> float:
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
@@ -81,40 +88,83 @@ def per_call_ms(step, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
+def time_in_turns(steps: dict, calls: int) -> dict:
+    """Median ms per call of each step, the steps timed in alternating rounds."""
+    for step in steps.values():
+        for _ in range(5):  # compile, warm up, record
+            step()
+    times = {label: [] for label in steps}
+    for r in range(ROUNDS):
+        for label in list(steps) if r % 2 == 0 else list(steps)[::-1]:
+            times[label].append(round_ms(steps[label], calls))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
 def max_error(got, want) -> float:
     return (got.float() - want.float()).abs().max().item()
 
 
 def bench_inference(name, fn, x, calls, rows):
     want = fn(x)
+    steps, errors = {}, {}
     for label, backend, mode in BACKENDS:
-        torch._dynamo.reset()
         compiled = make_fn(backend, mode, fn)
         with torch.no_grad():
             outs = [compiled(x).clone() for _ in range(3)]  # warm-up, record, replay
-            error = max(max_error(o, want) for o in outs)
-            ms = per_call_ms(lambda: compiled(x), calls)
-        rows.append((name, label, mode or "", ms, error))
+        errors[label, mode] = max(max_error(o, want) for o in outs)
+
+        def step(compiled=compiled):
+            with torch.no_grad():
+                compiled(x)
+
+        steps[label, mode] = step
+    for (label, mode), ms in time_in_turns(steps, calls).items():
+        rows.append((name, label, mode or "", ms, errors[label, mode]))
 
 
 def bench_training(name, block, x, calls, rows):
     reference = copy.deepcopy(block)
     want = _train_once(reference, reference, x)
+    steps, errors = {}, {}
     for label, backend, mode in BACKENDS:
-        torch._dynamo.reset()
         model = copy.deepcopy(block)
         compiled = make_fn(backend, mode, model)
         grads = [_train_once(model, compiled, x) for _ in range(3)]
-        error = max(max_error(g, want) for g in grads)
+        errors[label, mode] = max(max_error(g, want) for g in grads)
         opt = torch.optim.SGD(model.parameters(), lr=1e-4, foreach=True)
 
-        def step():
+        def step(compiled=compiled, opt=opt):
             loss = compiled(x).square().mean()
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        rows.append((name, label, mode or "", per_call_ms(step, calls), error))
+        steps[label, mode] = step
+    for (label, mode), ms in time_in_turns(steps, calls).items():
+        rows.append((name, label, mode or "", ms, errors[label, mode]))
+
+
+def bench_gpt2(calls, rows):
+    """The suite's GPT-2 (124M, chapter 20), bf16, at batch 1 and 128 tokens."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("transformers does not import: no GPT-2 row")
+        return
+    from minductor.models import MODELS
+
+    spec = next(m for m in MODELS if m.name == "gpt2")
+    sizes = dict(spec.real, B=1, T=128)
+    model = spec.build(sizes).to("cuda", torch.bfloat16).eval()
+    ids = spec.inputs(sizes)["input_ids"].cuda()
+    with torch.no_grad():
+        bench_inference(
+            "GPT-2 124M bf16, batch 1, 128 tokens, inference",
+            lambda ids: model(input_ids=ids).logits,
+            ids,
+            calls,
+            rows,
+        )
 
 
 def _train_once(model, compiled, x):
@@ -128,28 +178,41 @@ def _train_once(model, compiled, x):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a CUDA GPU"
     torch.manual_seed(0)
+    # every backend's compiled code stays alive for the turns: one cache entry each
+    torch._dynamo.config.recompile_limit = 64
     rows: list[tuple] = []
     bench_inference(
-        "tiny-op chain, 64x64", tiny_chain, torch.randn(64, 64, device="cuda"),
-        args.calls, rows,
+        "tiny-op chain, 64x64",
+        tiny_chain,
+        torch.randn(64, 64, device="cuda"),
+        args.calls,
+        rows,
     )
     block = Block().cuda()
     x = torch.randn(1, 128, 768, device="cuda")
+    torch._dynamo.reset()
     bench_inference("GPT-2 block, inference", block, x, args.calls, rows)
+    torch._dynamo.reset()
+    bench_gpt2(args.calls, rows)
+    torch._dynamo.reset()
     bench_training("GPT-2 block, training step", block, x, args.calls, rows)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"{args.calls} calls each; host wall time per call (GPU synchronized at "
-          "the end)\n")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{ROUNDS} rounds of {args.calls} calls each, in turns; wall time per call "
+        "(GPU synchronized at the end of a round), median round\n"
+    )
     print("| workload | backend | mode | ms / call | vs eager | max error |")
     print("|---|---|---|---:|---:|---:|")
     eager = {name: ms for name, label, _, ms, _ in rows if label == "eager"}
     for name, label, mode, ms, error in rows:
-        print(f"| {name} | {label} | {mode} | {ms:.3f} | {eager[name] / ms:.2f}x "
-              f"| {error:.1e} |")
+        print(
+            f"| {name} | {label} | {mode} | {ms:.3f} | {eager[name] / ms:.2f}x "
+            f"| {error:.1e} |"
+        )
 
 
 if __name__ == "__main__":
