@@ -116,6 +116,8 @@ def compile_fx(
 
 
 def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
+    for rewrite in aten_passes:
+        rewrite(gm)
     graph = GraphLowering(gm, example_inputs, shape_env, user_visible).lower()
     _report_strides(graph)
     device = graph.device or next(
@@ -169,6 +171,8 @@ class GraphInfo:
 graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 19)
 graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
+# each rewrites an ATen graph in place right before it is lowered (ch. 10 adds one)
+aten_passes: list[Callable[[torch.fx.GraphModule], None]] = []
 
 
 def _with_settings(

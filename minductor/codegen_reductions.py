@@ -6,6 +6,7 @@ import torch
 
 from minductor.codegen_triton import (
     KERNEL_KINDS,
+    MIN_PROGRAMS,
     TRITON_DTYPES,
     KernelKind,
     TritonKernel,
@@ -54,6 +55,8 @@ def reduce_tile(k, src_dtype, reduction_type, value):
         return arg_reduction(k, reduction_type, src_dtype, *value)
     if reduction_type == "welford_reduce":
         return welford_reduction(k, src_dtype, value)
+    if reduction_type == "online_softmax_reduce":
+        return online_softmax_reduction(k, src_dtype, value)
     if k.kind == "poi":  # every reduced dimension has size 1: nothing to combine
         return value
     identity = reduction_identity(reduction_type, src_dtype)
@@ -152,6 +155,32 @@ def welford_reduction(k, src_dtype, value: str):
     return row_mean, row_m2, total
 
 
+def online_softmax_reduction(k, src_dtype, value: str):
+    """(max, sum of exp(x - max)) of the values, in one pass over memory."""
+    dtype, exp = TRITON_DTYPES[src_dtype], k.overrides.exp
+    if k.kind == "poi":
+        return value, k.newvar(exp(f"{value} - {value}"))
+    value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
+    lowest = 'float("-inf")'
+    if k.kind == "per":
+        masked = k.newvar(f"tl.where(xmask & rmask, {value}, {lowest})")
+        top = k.newvar(f"helpers.max_with_nan({masked}, 1)[:, None]")
+        terms = k.newvar(f"tl.where(xmask & rmask, {exp(f'{value} - {top}')}, 0)")
+        return top, k.newvar(f"tl.sum({terms}, 1)[:, None]")
+    top = k.accumulator(f"tl.full([XBLOCK, RBLOCK], {lowest}, {dtype})")
+    total = k.accumulator(f"tl.zeros([XBLOCK, RBLOCK], {dtype})")
+    new_top = k.newvar(f"helpers.maximum({top}, {value})")
+    seen_none = k.newvar(f"{new_top} == {lowest}")  # only -inf so far: sum stays 0
+    scale = k.newvar(f"tl.where({seen_none}, 0, {exp(f'{top} - {new_top}')})")
+    term = k.newvar(f"tl.where({seen_none}, 0, {exp(f'{value} - {new_top}')})")
+    new_total = k.newvar(f"{total} * {scale} + {term}")
+    for acc, new in ((total, new_total), (top, new_top)):
+        k.lines.append(f"{acc} = tl.where(xmask & rmask, {new}, {acc})")
+    row_top = k.newvar(f"helpers.max_with_nan({top}, 1)[:, None]", True)
+    lane = f"{total} * {exp(f'{top} - {row_top}')}"  # a -inf lane adds 0 * 0
+    return row_top, k.newvar(f"tl.sum({lane}, 1)[:, None]", True)
+
+
 # scan type -> (identity of the masked-off lanes, scan of a tile along its rows)
 SCANS = {
     "cumsum": ("0", "tl.cumsum({}, 1)"),
@@ -184,6 +213,8 @@ def reduction_config(
     xblock = min(next_power_of_2(max(numel, 1)), max(1, budget // rblock))
     if kind == "red" and inner and not interpret:
         xblock = 1  # one long contiguous row per program streams best (H200 sweep)
+        if numel < MIN_PROGRAMS:  # few rows: more loads in flight per program
+            return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
     if not interpret:
         xblock = fill_the_gpu(numel, xblock, smallest=1)
     num_warps = max(1, min(8, xblock * rblock // 256))

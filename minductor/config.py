@@ -41,6 +41,8 @@ class Config:
     outer_persistent_limit: int = 64
     # the most scheduler nodes one fused kernel may hold (ch. 14)
     max_fusion_size: int = 64
+    # a softmax's maximum and sum of exps in one pass over each row (ch. 10)
+    online_softmax: bool = True
     # run a graph's convolutions channels-last where that gains (ch. 13)
     layout_optimization: bool = True
     # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 15)

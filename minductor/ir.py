@@ -148,7 +148,9 @@ class Pointwise(Loops):
         )
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_reduce")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_reduce",
+                   "online_softmax_reduce")  # fmt: skip
+SEVERAL_RESULTS = {"welford_reduce": 3, "online_softmax_reduce": 2}
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,7 +160,7 @@ class Reduction(Loops):
     reduction_type: str
     src_dtype: torch.dtype
     origins: frozenset[str] = frozenset()
-    output_index: int = 0  # which result of a several-result reduction (Welford)
+    output_index: int = 0  # which result of a several-result reduction
     reduction_hint: str = "inner"  # or "outer": it reduces rows (chapter 10)
 
     def make_loader(self) -> InnerFn:
@@ -178,7 +180,7 @@ class Reduction(Loops):
         )
 
     def _which(self) -> str:
-        several = self.reduction_type == "welford_reduce"
+        several = self.reduction_type in SEVERAL_RESULTS
         return f"[{self.output_index}]" if several else ""
 
     def store_reduction(self, name: str, indexer, index: Index, rindex: Index) -> None:

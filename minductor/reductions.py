@@ -8,6 +8,9 @@ from typing import Any, Callable
 import sympy
 import torch
 
+import operator
+
+from minductor.capture import aten_passes
 from minductor.factories import _convert
 from minductor.config import config
 from minductor.ir import Index, Pointwise, Reduction, Scan, TensorBox
@@ -387,6 +390,85 @@ register_lowering(aten.var.correction, graph=True)(_moments(False, False))
 register_lowering(aten.std.correction, graph=True)(_moments(True, False))
 register_lowering(aten.var_mean.correction, graph=True)(_moments(False, True))
 register_lowering(aten.std_mean.correction, graph=True)(_moments(True, True))
+
+
+@torch.library.custom_op("minductor::softmax_stats", mutates_args=())
+def softmax_stats_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row's maximum m and the sum of exp(x - m), the row's dim kept."""
+    m = torch.amax(x, dim, keepdim=True)
+    return m, torch.sum(torch.exp(x - m), dim, keepdim=True)
+
+
+@softmax_stats_op.register_fake
+def _(x, dim):
+    size = list(x.shape)
+    size[dim % len(size)] = 1
+    return x.new_empty(size), x.new_empty(size)
+
+
+def _one_dim(node: torch.fx.Node, position: int, ndim: int) -> int | None:
+    """The one dim a keepdim reduction node reduces, or None."""
+    dims = node.args[position] if len(node.args) > position else None
+    keep = node.args[position + 1] if len(node.args) > position + 1 else False
+    if not keep or node.kwargs or not isinstance(dims, (list, tuple)) or len(dims) != 1:
+        return None
+    return dims[0] % ndim
+
+
+def fuse_softmax_stats(gm: torch.fx.GraphModule) -> None:
+    """amax(x, d), then sum(exp(x - amax), d): one softmax_stats node for both."""
+    if not config.online_softmax:
+        return
+    graph = gm.graph
+    for top in list(graph.find_nodes(op="call_function", target=aten.amax.default)):
+        x, value = top.args[0], top.meta.get("val")
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        dim = _one_dim(top, 1, value.dim()) if value.dim() else None
+        total = next(
+            (t for sub in top.users if sub.target == aten.sub.Tensor
+             and sub.args == (x, top) for e in sub.users
+             if e.target == aten.exp.default for t in e.users
+             if t.target == aten.sum.dim_IntList and t.args[0] is e
+             and dim is not None and _one_dim(t, 1, value.dim()) == dim),
+            None,
+        )  # fmt: skip
+        if total is None:
+            continue
+        with graph.inserting_before(top):
+            stats = graph.call_function(torch.ops.minductor.softmax_stats.default,
+                                        (x, dim))  # fmt: skip
+            m, s = (graph.call_function(operator.getitem, (stats, k)) for k in (0, 1))
+        stats.meta["val"] = (top.meta["val"], total.meta["val"])
+        m.meta["val"], s.meta["val"] = top.meta["val"], total.meta["val"]
+        top.replace_all_uses_with(m)
+        total.replace_all_uses_with(s)
+        for dead in (total, top):
+            graph.erase_node(dead)
+    graph.eliminate_dead_code()
+    gm.recompile()
+
+
+aten_passes.append(fuse_softmax_stats)
+
+
+@register_lowering(torch.ops.minductor.softmax_stats, graph=True)
+def softmax_stats(graph, x, dim):
+    acc = _accumulator(x.get_dtype())
+    if split_count(make_reduction(x, dim, True, "sum", acc, acc).data) > 1:
+        m = _extremum("max")(x, dim, True)
+        graph.realize_intermediate(m)
+        shifted = pointwise(lambda v, top: ops.exp(ops.sub(v, top)), [x, m])
+        stats = (m, sum_(shifted, dim, True))
+    else:
+        stats = tuple(
+            make_reduction(x, dim, True, "online_softmax_reduce", x.get_dtype(),
+                           acc, output_index=k)
+            for k in (0, 1)
+        )  # fmt: skip
+    for box in stats:
+        graph.realize_intermediate(box)
+    return stats
 
 
 @register_lowering(aten.nll_loss_forward, graph=True)

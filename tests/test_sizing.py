@@ -69,8 +69,9 @@ def test_the_interpreter_keeps_large_blocks():
         (1024, 64, "per", True, (8, 64, 2)),  # 128 programs of 8 rows
         (8192, 1024, "per", True, (4, 1024, 8)),  # softmax 8192x1024: as before
         (8192, 2048, "per", True, (2, 2048, 8)),  # sum of 8192x2048: as before
-        (8, 2**20, "red", True, (1, 1024, 4)),  # 8 long rows: one each
-        (64, 50257, "red", True, (1, 1024, 4)),  # softmax over GPT-2's vocabulary
+        (8, 2**20, "red", True, (1, 4096, 16)),  # 8 long rows: more loads in flight
+        (64, 50257, "red", True, (1, 4096, 16)),  # softmax over GPT-2's vocabulary
+        (128, 50257, "red", True, (1, 1024, 4)),  # a program per SM: as before
         (4096, 8192, "red", False, (16, 32, 8)),  # outer: the tile stays
         (64, 4096, "red", False, (16, 32, 8)),  # outer and small: the tile stays
     ],

@@ -33,6 +33,10 @@ def softmax(x):
     return torch.softmax(x, -1)
 
 
+def log_softmax(x):  # cross-entropy's first half, over a vocabulary
+    return torch.log_softmax(x.float(), -1)
+
+
 def cases(dtype):
     def randn(*shape):
         return torch.randn(*shape, device="cuda", dtype=dtype)
@@ -45,6 +49,8 @@ def cases(dtype):
     yield "sum rows 8192x2048", row_sum, lambda: (randn(8192, 2048),)
     yield "softmax 8192x1024", softmax, lambda: (randn(8192, 1024),)
     yield "softmax 64x50257", softmax, lambda: (randn(64, 50257),)
+    yield "softmax 64x50304", softmax, lambda: (randn(64, 50304),)  # rows that split
+    yield "log_softmax 2048x50257", log_softmax, lambda: (randn(2048, 50257),)
 
 
 def blocks(source: str) -> str:
