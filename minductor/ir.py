@@ -150,7 +150,7 @@ class Pointwise(Loops):
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_reduce",
                    "online_softmax_reduce")  # fmt: skip
-SEVERAL_RESULTS = {"welford_reduce": 3, "online_softmax_reduce": 2}
+SEVERAL_RESULTS = ("welford_reduce", "online_softmax_reduce")
 
 
 @dataclass(frozen=True, eq=False)

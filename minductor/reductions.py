@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any, Callable
 
 import sympy
 import torch
-
-import operator
 
 from minductor.capture import aten_passes
 from minductor.factories import _convert
@@ -415,6 +414,18 @@ def _one_dim(node: torch.fx.Node, position: int, ndim: int) -> int | None:
     return dims[0] % ndim
 
 
+def _sum_of_exps(top: torch.fx.Node, x, dim: int, ndim: int) -> torch.fx.Node | None:
+    """The node sum(exp(x - top), dim), if the graph has one."""
+    for sub in top.users:
+        if sub.target != aten.sub.Tensor or sub.args != (x, top):
+            continue
+        for e in sub.users:
+            for t in e.users if e.target == aten.exp.default else ():
+                if t.target == aten.sum.dim_IntList and _one_dim(t, 1, ndim) == dim:
+                    return t
+    return None
+
+
 def fuse_softmax_stats(gm: torch.fx.GraphModule) -> None:
     """amax(x, d), then sum(exp(x - amax), d): one softmax_stats node for both."""
     if not config.online_softmax:
@@ -425,14 +436,7 @@ def fuse_softmax_stats(gm: torch.fx.GraphModule) -> None:
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue
         dim = _one_dim(top, 1, value.dim()) if value.dim() else None
-        total = next(
-            (t for sub in top.users if sub.target == aten.sub.Tensor
-             and sub.args == (x, top) for e in sub.users
-             if e.target == aten.exp.default for t in e.users
-             if t.target == aten.sum.dim_IntList and t.args[0] is e
-             and dim is not None and _one_dim(t, 1, value.dim()) == dim),
-            None,
-        )  # fmt: skip
+        total = None if dim is None else _sum_of_exps(top, x, dim, value.dim())
         if total is None:
             continue
         with graph.inserting_before(top):
