@@ -118,12 +118,21 @@ class TritonOverrides:
     def constant(value, dtype, shape="[1]"):
         if dtype.is_floating_point:
             value = float(value)
+            if value == 0 and math.copysign(1.0, value) < 0:
+                return negative_zero(dtype, shape)
             literal = repr(value) if math.isfinite(value) else f'float("{value}")'
         else:
             literal = repr(bool(value) if dtype == torch.bool else int(value))
         # a typed one-element tensor, not a bare literal: Triton treats a literal as a
         # compile-time constant, which some operations (and helpers) do not accept
         return f"tl.full({shape}, {literal}, {TRITON_DTYPES[dtype]})"
+
+
+def negative_zero(dtype: torch.dtype, shape: str) -> str:
+    """-0.0 in dtype, built from its bits: the sign bit alone."""
+    bits = torch.finfo(dtype).bits
+    sign = f"tl.full({shape}, 1, tl.int{bits}) << {bits - 1}"
+    return f"({sign}).to({TRITON_DTYPES[dtype]}, bitcast=True)"
 
 
 class InterpreterOverrides(TritonOverrides):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable
 
 import torch
+import torch.utils._pytree as pytree
 from torch._ops import OpOverload, OpOverloadPacket
 
 aten = torch.ops.aten
+log = logging.getLogger(__name__)
 
 decompositions: dict[OpOverload, Callable[..., object]] = {}
 
@@ -304,8 +308,10 @@ def native_dropout(x, p, train):
 
 @register_decomposition(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
-    g = _upcast(grad_output)  # a half gradient is rounded once, as in eager
-    return (g * (mask.to(g.dtype) * scale)).to(grad_output.dtype)
+    # an integer or bool gradient times the float scale is float32, as in eager
+    dtype = torch.result_type(grad_output, scale)
+    g = _upcast(grad_output.to(dtype))  # a half gradient is rounded once, as in eager
+    return (g * (mask.to(g.dtype) * scale)).to(dtype)
 
 
 @register_decomposition(aten.bernoulli.default)
@@ -570,4 +576,45 @@ def decomposition_table() -> dict[OpOverload, Callable[..., object]]:
 
     table = dict(get_decompositions(_BORROWED))
     table.update(decompositions)
-    return table
+    return {op: held_to_meta(op, fn) for op, fn in table.items()}
+
+
+def _disagreement(out: object, expected: object) -> str | None:
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    got, want = pytree.tree_leaves(out), pytree.tree_leaves(expected)
+    got = [t for t in got if isinstance(t, torch.Tensor)]
+    want = [t for t in want if isinstance(t, torch.Tensor)]
+    if len(got) != len(want):
+        return f"{len(got)} tensors, the op returns {len(want)}"
+    for g, w in zip(got, want):
+        if g.dtype != w.dtype:
+            return f"{g.dtype}, the op returns {w.dtype}"
+        different = len(g.shape) != len(w.shape) or any(
+            statically_known_true(a != b) for a, b in zip(g.shape, w.shape)
+        )
+        if different:
+            return f"size {list(g.shape)}, the op returns {list(w.shape)}"
+    return None
+
+
+def held_to_meta(op: OpOverload, fn: Callable[..., object]) -> Callable[..., object]:
+    """fn, a decomposition of op, checked against op's own meta function."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    @functools.wraps(fn)  # the checked function is decomposition.__wrapped__
+    def decomposition(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        leaves = pytree.tree_leaves((args, kwargs))
+        fake = any(isinstance(x, FakeTensor) for x in leaves)
+        if out is NotImplemented or op._schema.is_mutable or not fake:
+            return out
+        with disable_proxy_modes_tracing():
+            why = _disagreement(out, op(*args, **kwargs))
+        if why is None:
+            return out
+        log.warning("minductor: %s decomposed to %s: the op is kept whole", op, why)
+        return NotImplemented
+
+    return decomposition

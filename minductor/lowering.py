@@ -268,6 +268,11 @@ class GraphLowering(torch.fx.Interpreter):
         return name
 
     def register_buffer(self, buf: Buffer) -> None:
+        if isinstance(buf, ComputedBuffer) and self._cpu_in_gpu_graph({buf.get_device()}):
+            # a kernel compiled for the GPU, handed a CPU pointer, fails at launch
+            raise AssertionError(
+                f"{buf.name} would be a kernel on the CPU in a graph on {self.device}"
+            )
         self.buffers.append(buf)
 
     def lower(self) -> GraphLowering:
@@ -299,9 +304,11 @@ class GraphLowering(torch.fx.Interpreter):
         value = super().get_attr(target, args, kwargs)
         if not isinstance(value, torch.Tensor):
             return value
-        if value.numel() == 1 and value.dtype in SUPPORTED_DTYPES:
-            # a number traced as a tensor (the 0 of x[mask] = 0): a constant body; a
-            # 0-dim CPU constant is a scalar to eager, so it lives on the graph's device
+        # a 0-dim CPU constant is a scalar to eager, so it lives on the graph's device;
+        # any other CPU tensor in a GPU graph stays one, for ATen to copy or compute on
+        scalar = value.dim() == 0 or not self._cpu_in_gpu_graph({value.device})
+        if value.numel() == 1 and value.dtype in SUPPORTED_DTYPES and scalar:
+            # a number traced as a tensor (the 0 of x[mask] = 0): a constant body
             device = self.device if value.dim() == 0 and self.device else value.device
             with unset_fake_temporarily():  # we compile inside Dynamo's fake mode
                 number = value.item()

@@ -12,7 +12,7 @@ import logging
 import pytest
 import sympy
 import torch
-from helpers import assert_same, check, evaluate, lower
+from helpers import assert_same, check, evaluate, lower, run
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -234,6 +234,52 @@ def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
     assert [c.args[0].name for c in copies] == [flat.name, "i_1"]
     assert flat.get_device().type == "cpu"
     assert all(c.get_device() == x.device for c in copies)
+
+
+def test_tensor_literals_moved_to_the_gpu_stay_tensors_for_aten():
+    # a literal built on the CPU and moved (torch.LongTensor([294]).to(x.device)): one
+    # element, not 0-dim, so not a scalar to eager. A constant body for it would be a
+    # kernel on the CPU in a GPU graph, handed a CPU pointer at launch
+    def f(x):
+        one = torch.LongTensor([294]).to(x.device) - x
+        two = torch.tensor([1.5, 2.5]).to(x.device) * x[:2]
+        number = x * torch.tensor(3)  # 0-dim: a number in the GPU's kernel
+        return one, two, number
+
+    x = torch.empty(5, device="meta", dtype=torch.int64)  # "meta" stands in for a GPU
+    graph = GraphLowering(make_fx(f)(x), [x]).lower()
+    kernels = [b for b in graph.buffers if isinstance(b, ComputedBuffer)]
+    assert len(kernels) == 3 and all(k.get_device() == x.device for k in kernels)
+    assert sorted(graph.constants) == ["_tensor_constant0", "_tensor_constant1"]
+    copies = [
+        b.args[0] for b in graph.buffers
+        if isinstance(b, FallbackKernel) and b.op == aten._to_copy.default
+    ]
+    assert [c.op for c in copies] == [aten.lift_fresh_copy.default] * 2
+    # on one device nothing changes: the one-element literal is a constant body
+    y = torch.ones(5, dtype=torch.int64)
+    assert GraphLowering(make_fx(f)(y), [y]).lower().constants.keys() == {
+        "_tensor_constant1"
+    }
+
+
+def test_a_kernel_on_the_cpu_in_a_gpu_graph_is_refused_by_name():
+    x = torch.empty(3, device="meta")
+    graph = GraphLowering(make_fx(lambda x: (x + 1,))(x), [x])
+    cpu, one = torch.device("cpu"), lambda i: ops.constant(1.0, torch.float32)
+    body = Pointwise(cpu, torch.float32, one, (sympy.Integer(3),))
+    with pytest.raises(AssertionError, match="buf9 would be a kernel on the CPU"):
+        graph.register_buffer(ComputedBuffer("buf9", graph.layout_for(body), body))
+
+
+@pytest.mark.cuda
+def test_tensor_literals_moved_to_the_gpu_run_on_cuda():
+    def f(x):
+        return torch.LongTensor([294]).to(x.device) - x, torch.tensor([1.5]).cuda() * x
+
+    x = torch.arange(6, device="cuda")
+    kernels, _ = run(f, x)
+    assert kernels
 
 
 # --- the check against eager ----------------------------------------------------------

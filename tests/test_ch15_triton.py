@@ -15,6 +15,7 @@ import sympy
 import torch
 import triton
 import triton.language as tl
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor import triton_helpers as helpers
@@ -738,3 +739,47 @@ def test_rounding_helpers_on_hard_values():
             assert torch.equal(out.isnan(), expected.isnan()), name
             assert torch.equal(torch.signbit(out), torch.signbit(expected)), name
             assert torch.equal(out.nan_to_num(), expected.nan_to_num()), (name, dtype)
+
+
+# --- negative zero ----------------------------------------------------------------------
+
+NEGATIVE_ZERO_CASES = {
+    "x / -0.0": lambda x: x / -0.0,
+    "x * -0.0": lambda x: x * -0.0,
+    "where(c, x, -0.0)": lambda x: torch.where(x > 0, x, -0.0),
+    "full_like(x, -0.0)": lambda x: torch.full_like(x, -0.0),
+    "-0.0 in a reduction": lambda x: torch.where(x > 0, -0.0, x).amax(0, keepdim=True)
+    + 0 * x,
+}
+
+
+@pytest.mark.parametrize("case", NEGATIVE_ZERO_CASES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_negative_zero_constant_keeps_its_sign(device, dtype, case):
+    # Triton on a GPU turns tl.full(..., -0.0, ...) into +0.0; the interpreter does not
+    fn = NEGATIVE_ZERO_CASES[case]
+    x = torch.tensor([1.0, -1.0, 0.0, -0.0, 2.5, -3.0, 7.0], device=device, dtype=dtype)
+    torch._dynamo.reset()
+    got, want = torch.compile(fn, backend="minductor")(x), fn(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True)
+    number = ~want.isnan()  # a NaN's sign bit is not eager's promise
+    assert torch.equal(got.signbit()[number], want.signbit()[number])
+
+
+@pytest.mark.parametrize(
+    "dtype, bits",
+    [(torch.float16, 16), (torch.bfloat16, 16), (torch.float32, 32), (torch.float64, 64)],
+)
+def test_negative_zero_is_printed_from_its_bits(dtype, bits):
+    literal = TritonOverrides.constant(-0.0, dtype, "[1, 1]")
+    assert literal == (
+        f"(tl.full([1, 1], 1, tl.int{bits}) << {bits - 1})"
+        f".to({TRITON_DTYPES[dtype]}, bitcast=True)"
+    )
+    # +0.0, and integers' zero, are plain
+    assert TritonOverrides.constant(0.0, dtype) == f"tl.full([1], 0.0, {TRITON_DTYPES[dtype]})"
+    assert TritonOverrides.constant(-0, torch.int32) == "tl.full([1], 0, tl.int32)"
