@@ -378,19 +378,23 @@ def run_backend(
     return got, one_step
 
 
-def time_in_turns(steps: dict[str, Callable[[], Any]], device: str) -> dict:
+def time_in_turns(
+    steps: dict[str, Callable[[], Any]], device: str, rounds=None, per_round=None
+) -> dict:
     """Median seconds per step of each backend, or the error its step raised.
-    The backends take turns: ROUNDS rounds, each backend's steps in one block, the
-    order reversed from one round to the next."""
+    The backends take turns: ROUNDS rounds (or `rounds`), each backend's steps in one
+    block, the order reversed from one round to the next."""
+    rounds = rounds or ROUNDS[device]
+    per_round = per_round or STEPS[device] // rounds
     times: dict[str, list[float]] = {b: [] for b in steps}
     failed: dict[str, BaseException] = {}
     with frozen_heap():
-        for r in range(ROUNDS[device]):
+        for r in range(rounds):
             for backend in list(steps) if r % 2 == 0 else list(steps)[::-1]:
                 if backend in failed:
                     continue
                 try:
-                    for _ in range(STEPS[device] // ROUNDS[device]):
+                    for _ in range(per_round):
                         times[backend].append(timed(steps[backend], device)[1])
                 except Exception as error:
                     failed[backend] = error
@@ -480,11 +484,8 @@ CACHES = "MINDUCTOR_MODELS_CACHES"  # the child's fresh cache directory
 
 def child_main(args) -> int:
     name, mode, dtype = args.child
-    config.cache_dir = os.path.join(os.environ[CACHES], "minductor")
-    inductor_config.fx_graph_cache = False
-    if not torch.cuda.is_available():
-        torch.set_num_threads(1)  # eager's CPU time, independent of the machine's load
     warm_up(args.backends)
+
     def report(row: Row) -> None:
         print(ROW + json.dumps(asdict(row)), flush=True)
 
@@ -497,6 +498,10 @@ def child_main(args) -> int:
 
 
 def warm_up(backends):
+    config.cache_dir = os.path.join(os.environ[CACHES], "minductor")
+    inductor_config.fx_graph_cache = False
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)  # eager's CPU time, independent of the machine's load
     # the first compile in a process imports and starts much: not the model's cost
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.randn(64, device=device)
@@ -510,36 +515,9 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_child(name, mode, dtype, args) -> list[Row]:
-    root = tempfile.mkdtemp(prefix="minductor_models_")
-    env = dict(
-        os.environ,
-        TRITON_CACHE_DIR=os.path.join(root, "triton"),
-        TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
-        PYTHONPATH=os.pathsep.join(
-            filter(None, [PACKAGE_ROOT, os.getenv("PYTHONPATH")])
-        ),
-        **{CACHES: root},
-    )
-    command = [sys.executable, "-m", "minductor.models", "--child", name, mode, dtype]
-    command += ["--backends", *args.backends] + ["--tiny"] * args.tiny
-    command += ["--compile-mode", args.compile_mode]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group: a timeout kills it all
-    )
-    try:
-        out, err = proc.communicate(timeout=args.timeout)
-        why = f"the child exited with status {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        why = f"timed out after {args.timeout:g} s"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    command = ["--child", name, mode, dtype, "--backends", *args.backends]
+    command += ["--tiny"] * args.tiny + ["--compile-mode", args.compile_mode]
+    out, err, why = spawn(command, args.timeout)
     reports = [
         Row(**json.loads(s[len(ROW) :])) for s in out.splitlines() if s.startswith(ROW)
     ]
@@ -556,6 +534,39 @@ def run_child(name, mode, dtype, args) -> list[Row]:
             rows.append(Row(name, mode, dtype, backend, status, detail="\n".join(tail)))
     order = {b: i for i, b in enumerate(BACKENDS)}
     return sorted(rows, key=lambda r: order.get(r.backend, len(order)))
+
+
+def spawn(arguments: list[str], timeout: float) -> tuple[str, str, str]:
+    """`python -m minductor.models` with these arguments, in a child with caches of
+    its own and a timeout: its stdout, its stderr and how it ended."""
+    root = tempfile.mkdtemp(prefix="minductor_models_")
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=os.path.join(root, "triton"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [PACKAGE_ROOT, os.getenv("PYTHONPATH")])
+        ),
+        **{CACHES: root},
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minductor.models", *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group: a timeout kills it all
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        why = f"the child exited with status {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        why = f"timed out after {timeout:g} s"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out, err, why
 
 
 def missing(library: str) -> str | None:
@@ -672,6 +683,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="python -m minductor.models",
         description="eager vs Inductor vs minductor on real models "
         "(chapters/models.md); prints a markdown table",
+        epilog="--decode [WORKLOAD ...]: the decoding workloads of "
+        "chapters/decoding.md instead (see --decode --help)",
     )
     parser.add_argument(
         "--models",
@@ -748,7 +761,10 @@ def write_json(path: str, rows: list[Row], tiny: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--decode" in argv:  # the decoding workloads, chapters/decoding.md
+        return importlib.import_module("minductor.decoding").main(argv)
+    args = parse_args(argv)
     if args.list:
         print(listing())
         return 0
