@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.utils._pytree as pytree
 from torch._guards import TracingContext
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from minductor.capture import CompiledGraph, GraphInfo, graph_wrappers
 from minductor.config import config
@@ -275,8 +276,8 @@ class CUDARecording:
                     done.add(storage.data_ptr())
                     storage.copy_(value.untyped_storage())
 
-    def replay(self) -> None:
-        self.graph.replay()
+    def replay(self, inputs: list[Any], placeholders: list[Any]) -> None:
+        self.graph.replay()  # it reads what the recorded addresses hold
 
 
 class SimulatedRecording:
@@ -289,11 +290,17 @@ class SimulatedRecording:
     def __init__(
         self, call: Callable, placeholders: list[Any], pool: Any, mutates: bool
     ):
-        self.call, self.placeholders = call, placeholders
+        self.call = call  # holding no input: see the static inputs, below
         self.outputs = list(call(list(placeholders)))
 
-    def replay(self) -> None:
-        fresh = self.call(list(self.placeholders))
+    def replay(self, inputs: list[Any], placeholders: list[Any]) -> None:
+        # a graph reads its copied inputs in the placeholders and its static inputs
+        # at their addresses, which hold this call's tensors (aliased: see _record)
+        args = [
+            p if p is not None else _alias(x) if torch.is_tensor(x) else x
+            for p, x in zip(placeholders, inputs)
+        ]
+        fresh = self.call(args)
         for out, new in zip(self.outputs, fresh):
             if isinstance(out, torch.Tensor):
                 out.copy_(new)
@@ -324,7 +331,8 @@ class Recording:
     index: int  # its place in the pool's capture order
     recorder: Any
     placeholders: list[Any]  # the copied inputs' buffers (None where static)
-    static_storages: list[Any]  # keeps the static inputs' memory alive
+    static_refs: list[StorageWeakRef]  # the static inputs' memory, held weakly
+    held: frozenset[int]  # its addresses
     owned: list[bool]  # which outputs live in the pool
     from_input: list[int | None]  # an output in a placeholder: which input's
     static_at: list[int]  # the static inputs' positions
@@ -411,13 +419,35 @@ class CUDAGraphed:
             self.warmed_up.add(key)
             log.info("minductor: cudagraphs: warm-up of %s", self.name)
             return self.compiled(args)
+        self._drop_dead()
         if len(self.recordings) >= self.max_recordings:
-            why = f"{self.max_recordings} recordings made, one per input shape"
+            why = (
+                f"{self.max_recordings} recordings made, one per input shape "
+                "or static input address"
+            )
             return self._plain(args, why)
         recording, outputs = self._record(args, static)
         self.recordings[key] = recording
         self.by_sizes.setdefault(sizes, []).append(recording)
         return outputs
+
+    def _drop_dead(self) -> None:
+        """Forget the recordings one of whose static inputs was freed: no call can
+        pass it again (its address may come back, in a new owner's tensor, but this
+        call's did not)."""
+        dead = [
+            key for key, r in self.recordings.items()
+            if any(ref.expired() for ref in r.static_refs)
+        ]  # fmt: skip
+        for key in dead:
+            gone = self.recordings.pop(key)
+            for found in self.by_sizes.values():
+                found[:] = [r for r in found if r is not gone]
+        if dead:
+            log.info(
+                "minductor: cudagraphs: %s: %d recordings dropped, their static "
+                "inputs freed", self.name, len(dead),
+            )
 
     def _replay(self, recording: Recording, args: list[Any]) -> Any:
         if why := self.pool.why_not_replay(recording.index):
@@ -430,7 +460,7 @@ class CUDAGraphed:
         args.clear()
         self.pool.replaying(recording.index)
         log.debug("minductor: cudagraphs: replay of %s", self.name)
-        recording.recorder.replay()
+        recording.recorder.replay(inputs, recording.placeholders)
         return self._outputs(recording, inputs)
 
     def _outputs(self, recording: Recording, inputs: list[Any]) -> list[Any]:
@@ -486,7 +516,8 @@ class CUDAGraphed:
         from_input = [copied.get(w) for w in where]
         self.pool.stable |= held | {w for w, ours in zip(where, owned) if ours}
         recording = Recording(
-            index, recorder, placeholders, storages, owned, from_input,
+            index, recorder, placeholders, [StorageWeakRef(s) for s in storages],
+            frozenset(held), owned, from_input,
             static_at=[i for i, s in enumerate(is_static) if s],
             pointers=pointers,
             copied_at=[i for i, p in enumerate(placeholders) if p is not None],

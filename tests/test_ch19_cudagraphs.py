@@ -197,7 +197,7 @@ def test_static_inputs_are_not_copied(graphed):
     assert len(wrapped.static) == 2  # weight and bias
     for i in wrapped.static:
         assert recording.placeholders[i] is None
-    held = {s.data_ptr() for s in recording.static_storages}
+    held = recording.held
     assert held == {lin.weight.data_ptr(), lin.bias.data_ptr()}
     copied = [i for i, p in enumerate(recording.placeholders) if p is not None]
     assert len(copied) == 1  # x
@@ -221,7 +221,8 @@ def test_a_replay_is_found_without_the_full_key(graphed, monkeypatch):
         for _ in range(3):
             torch.testing.assert_close(compiled(x), lin(x))
     (wrapped,) = graphed
-    assert len(wrapped.recordings) == 2 and len(keys) == 4
+    # the old weight's memory was freed with it: its recording was dropped
+    assert len(wrapped.recordings) == 1 and len(keys) == 4
 
 
 def test_a_copied_input_of_another_layout_is_not_replayed(graphed):
@@ -377,7 +378,7 @@ def test_one_recording_per_shape_then_plain(graphed, caplog):
             torch.testing.assert_close(compiled(x), _f(x))
     (wrapped,) = graphed
     assert len(wrapped.recordings) == 1
-    assert _said(caplog, "1 recordings made, one per input shape") == 1
+    assert _said(caplog, "1 recordings made, one per input shape or static input address") == 1
 
 
 def test_a_recording_per_shape(graphed):
@@ -389,6 +390,45 @@ def test_a_recording_per_shape(graphed):
         torch.testing.assert_close(compiled(x), _f(x))
     (wrapped,) = graphed
     assert len(wrapped.recordings) == 2
+
+
+def _decode_step(x, cache, pos):
+    cache.index_copy_(0, pos, x)  # a key/value cache, written in place
+    return cache.sum(0) * 2 + x[0]
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["dropped", "kept"])
+def test_a_new_static_cache_per_generate_reuses_or_replaces_recordings(
+    graphed, caplog, hold
+):
+    # Hugging Face's generate makes a new static cache per call and drops the last;
+    # its address is a static input of the compiled step
+    compiled = torch.compile(
+        _decode_step, backend="minductor", mode="reduce-overhead", fullgraph=True
+    )
+    old = []
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        for generate in range(11):
+            cache = torch.zeros(16, 8, device=DEVICE)
+            torch._dynamo.mark_static_address(cache)
+            expected = cache.clone()
+            for step in range(4):
+                x = torch.randn(1, 8, device=DEVICE)
+                pos = torch.tensor([step], device=DEVICE)
+                want = _decode_step(x, expected, pos)
+                torch.testing.assert_close(compiled(x, cache, pos), want)
+                torch.testing.assert_close(cache, expected)
+            if hold:  # the caller keeps every cache: each is a new address
+                old.append(cache)
+    assert _said(caplog, "plain launches") == (1 if hold else 0)
+    (wrapped,) = graphed
+    if hold:
+        assert len(wrapped.recordings) == 8  # config.cudagraph_max_recordings
+        assert _said(caplog, "recordings dropped") == 0
+    else:  # a freed cache's recording is reused at its address, or dropped
+        assert len(wrapped.recordings) <= 2
+        last = [r for r in wrapped.recordings.values() if cache.data_ptr() in r.held]
+        assert len(last) == 1  # the last generate's cache replays a recording
 
 
 # ---- on a GPU only -----------------------------------------------------------------
@@ -446,7 +486,7 @@ def test_cuda_training_static_params_not_copied(graphed):
         compiled(torch.randn(32, 64, device="cuda")).backward()
     forward = next(w for w in graphed if w.kind == "forward")
     (recording,) = forward.recordings.values()
-    held = {s.data_ptr() for s in recording.static_storages}
+    held = recording.held
     assert {lin.weight.data_ptr(), lin.bias.data_ptr()} <= held
     backward = next(w for w in graphed if w.kind == "backward")
     assert len(backward.recordings) == 1
