@@ -123,14 +123,26 @@ _DEVICE_VIEWS = {
 }  # fmt: skip
 
 
+def _number_op(node: torch.fx.Node) -> bool:
+    """Whether node computes a number from numbers: a 0-dim result on the CPU, of
+    0-dim tensors only (a Python float that Dynamo passed in as a tensor, converted)."""
+    value = node.meta.get("val")
+    if not (isinstance(value, torch.Tensor) and value.dim() == 0):
+        return False
+    args = [a.meta.get("val") for a in node.all_input_nodes]
+    return all(isinstance(a, torch.Tensor) and a.dim() == 0 for a in args)
+
+
 def _read_on(node: torch.fx.Node, gpus: set[torch.device]) -> bool:
-    """Whether every reader of node computes on the GPU, through views of it."""
+    """Whether every reader of node computes on the GPU, through views of it and
+    through arithmetic on numbers whose results it reads."""
     readers = list(node.users)
     return bool(readers) and all(
         r.op == "call_function"
         and (
             _on(r.meta.get("val")) == gpus
             or (r.target in _DEVICE_VIEWS and _read_on(r, gpus))
+            or (_number_op(r) and _read_on(r, gpus))
         )
         for r in readers
     )

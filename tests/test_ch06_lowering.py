@@ -194,6 +194,25 @@ def test_cpu_inputs_that_eager_moves_to_the_gpu_are_moved():
     assert _moved(lambda a, b: a + b, torch.ones(2), torch.tensor(1.0)) == set()
 
 
+def test_numbers_passed_as_cpu_tensors_move_with_their_arithmetic():
+    # dynamic=True passes a Python float (eps, a scale) as a 0-dim float64 CPU
+    # tensor, which the graph converts before a GPU op reads it
+    x = torch.empty(5, 3, device="meta")
+    eps, scale = torch.tensor(1e-6, dtype=torch.float64), torch.tensor(0.5)
+
+    def f(x, eps, scale):
+        e = eps.to(torch.float64).to(torch.float32)
+        return x * e + (scale * 2).sqrt(), x + e
+
+    assert _moved(f, x, eps, scale) == {"eps_1", "scale_1"}
+    graph = GraphLowering(make_fx(f)(x, eps, scale), [x, eps, scale]).lower()
+    assert graph.fallbacks == []
+    assert all(b.get_device() == x.device for b in graph.buffers)
+    # a number the graph returns, or reads on the CPU too, stays there
+    assert _moved(lambda x, s: (x * s.float(), s.float()), x, eps) == set()
+    assert _moved(lambda x, s, i: (x * s.float(), i * s), x, eps, scale) == set()
+
+
 def test_cpu_work_in_a_gpu_graph_runs_through_aten_on_the_cpu():
     # BEiT's relative positions: arange on the CPU, arithmetic, a cat, then an index
     # into a GPU table; a CPU input that a CPU op reads besides a GPU op; and numbers,

@@ -312,3 +312,27 @@ def test_a_strided_view_of_a_huge_tensor_gets_int64_indices():
     # a reduction along the huge stride: its r lanes start 64-bit too
     reduce = _kernel_source(lambda x: x.sum(0), huge)
     assert "rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)" in reduce
+
+
+class _Norm(torch.nn.Module):  # Python floats, which dynamic=True passes as tensors
+    def __init__(self, eps=1e-6, scale=0.125):
+        super().__init__()
+        self.eps, self.scale = eps, scale
+        self.weight = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight * self.scale
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_python_floats_under_dynamic_shapes_compute_in_the_kernels(device):
+    norm = _Norm().to(device)
+    compiled = torch.compile(norm, backend="minductor", dynamic=True)
+    torch._dynamo.reset()
+    with record_compiled() as graphs, torch.no_grad():
+        for rows in (3, 5):
+            norm.eps, norm.scale = 1e-6 * rows, 0.125 * rows  # a new value each call
+            x = torch.randn(rows, 16, device=device)
+            torch.testing.assert_close(compiled(x), norm(x))
+    assert graphs and all(g.fallbacks == [] for g in graphs)
