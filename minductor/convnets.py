@@ -12,6 +12,7 @@ import torch
 from minductor.config import config
 from minductor.decompositions import (
     _BORROWED,
+    MISLEADING_META,
     _upcast,
     batch_norm_stats_dtype,
     register_decomposition,
@@ -89,6 +90,12 @@ def batch_norm_training(
     params = weight, bias, running_mean, running_var
     saved = _saved(x, params, mean, rstd)
     return y, *saved, new_mean.to(running_mean.dtype), new_var
+
+
+MISLEADING_META[aten._native_batch_norm_legit_functional.default] = (
+    "16-bit running statistics: eager's kernels keep their dtype, its meta function "
+    "returns float32"
+)
 
 
 @register_decomposition(aten._native_batch_norm_legit.no_stats)

@@ -576,7 +576,15 @@ def decomposition_table() -> dict[OpOverload, Callable[..., object]]:
 
     table = dict(get_decompositions(_BORROWED))
     table.update(decompositions)
-    return {op: held_to_meta(op, fn) for op, fn in table.items()}
+    return {
+        op: fn if op in MISLEADING_META else held_to_meta(op, fn)
+        for op, fn in table.items()
+    }
+
+
+# ops whose meta function disagrees with eager's own kernel, with how: a decomposition
+# of one follows eager, and is not held to the meta (later chapters add entries)
+MISLEADING_META: dict[OpOverload, str] = {}
 
 
 def _disagreement(out: object, expected: object) -> str | None:

@@ -194,3 +194,36 @@ def test_opinfo_samples_of_our_decompositions_agree_with_their_ops():
 )
 def test_opinfo_samples_of_every_op_agree_with_their_ops():
     assert _sweep(sweep.load_op_db()) == []
+
+
+# --- ops whose meta function misleads -------------------------------------------------
+
+
+def _batch_norm_witness():
+    """eager's and the meta function's dtypes for a bfloat16 training batch norm."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    bf16 = torch.bfloat16
+    args = [torch.randn(2, 3, 4, 4, dtype=bf16), torch.ones(3, dtype=bf16)]
+    args += [torch.zeros(3, dtype=bf16), torch.zeros(3, dtype=bf16)]
+    args += [torch.ones(3, dtype=bf16)]
+    op = aten._native_batch_norm_legit_functional.default
+    eager = [t.dtype for t in op(*args, True, 0.1, 1e-5)]
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(a) for a in args]
+        meta = [t.dtype for t in op(*fake, True, 0.1, 1e-5)]
+    return eager, meta
+
+
+WITNESSES = {aten._native_batch_norm_legit_functional.default: _batch_norm_witness}
+
+
+def test_every_misleading_meta_still_misleads():
+    # the list shrinks when PyTorch fixes a meta function: this test then fails
+    assert set(D.MISLEADING_META) == set(WITNESSES)
+    for op, witness in WITNESSES.items():
+        eager, meta = witness()
+        assert eager != meta, f"{op}'s meta now agrees with eager: unlist it"
+    table = D.decomposition_table()
+    for op in D.MISLEADING_META:
+        assert not hasattr(table[op], "__wrapped__")  # not held to the meta
