@@ -171,7 +171,7 @@ class GraphInfo:
 graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 19)
 graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
-# each rewrites an ATen graph in place right before it is lowered (ch. 10 adds one)
+# each rewrites an ATen graph in place right before it is lowered (ch. 10, 11 add one)
 aten_passes: list[Callable[[torch.fx.GraphModule], None]] = []
 
 

@@ -43,6 +43,9 @@ class Config:
     max_fusion_size: int = 64
     # a softmax's maximum and sum of exps in one pass over each row (ch. 10)
     online_softmax: bool = True
+    # a scatter into an input that the graph copies back writes the input in place
+    # (ch. 11)
+    reinplace_inplaceable_ops: bool = True
     # run a graph's convolutions channels-last where that gains (ch. 13)
     layout_optimization: bool = True
     # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 15)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+import operator
 from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
+from torch.multiprocessing.reductions import StorageWeakRef
 
+from minductor.capture import aten_passes
+from minductor.config import config
 from minductor.ir import (
+    GenericView,
     Index,
     InputBuffer,
     MutationBuffer,
     Pointwise,
+    ReinterpretBuffer,
     Scatter,
     TensorBox,
 )
@@ -19,6 +28,7 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
     aten,
+    lowerings,
     register_lowering,
 )
 from minductor.pointwise import (
@@ -29,9 +39,11 @@ from minductor.pointwise import (
     converting_loader,
 )
 from minductor.factories import _convert, clone
-from minductor.ops import ops
-from minductor.sizevars import product
+from minductor.ops import NullHandler, ops, set_handler
+from minductor.sizevars import index_vars, product
 from minductor.views import view
+
+log = logging.getLogger("minductor")
 
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -179,18 +191,21 @@ ATOMIC_ADD_DTYPES = (
 WIDENED = {torch.float16: torch.float32, torch.bfloat16: torch.float32}  # to sum in
 
 
-def _scatter(graph, x, ranges, where, value, mode, origin: str) -> TensorBox:
-    """A copy of x, then a MutationBuffer writing value(i) at x's position where(i)."""
+def _scatter(graph, x, ranges, where, value, mode, origin: str, into=None) -> TensorBox:
+    """A copy of x (or x's own memory, into), then a MutationBuffer writing value(i)
+    at x's position where(i)."""
     if x.get_dtype() not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {x.get_dtype()}")
     if mode == "atomic_add" and x.get_dtype() in WIDENED:  # sum wide, round once
+        if into is not None:
+            raise Unsupported(f"a sum of {x.get_dtype()} in place, unwidened")
         wide = WIDENED[x.get_dtype()]
         widened = lambda i: ops.to_dtype(value(i), wide)  # noqa: E731
         summed = _scatter(graph, _convert(x, wide), ranges, where, widened, mode, origin)
         return _convert(summed, x.get_dtype())
     if mode == "atomic_add" and x.get_dtype() not in ATOMIC_ADD_DTYPES:
         raise Unsupported(f"atomic add of {x.get_dtype()}")
-    target = graph.realize_intermediate(clone(x))
+    target = into if into is not None else graph.realize_intermediate(clone(x))
     indexer = target.layout.make_indexer()
     body = Scatter(
         x.get_device(),
@@ -231,33 +246,34 @@ def _broadcasts_to(size, shape) -> bool:
 
 
 @register_lowering(aten.scatter.src, aten.scatter.value, graph=True)
-def scatter(graph, x, dim, index, src):
+def scatter(graph, x, dim, index, src, into=None):
     where, value = _along(x, dim, index), _values(src, x, index.get_size())
-    return _scatter(graph, x, index.get_size(), where, value, None, "scatter")
+    return _scatter(graph, x, index.get_size(), where, value, None, "scatter", into)
 
 
 @register_lowering(aten.scatter_add, graph=True)
-def scatter_add(graph, x, dim, index, src):
+def scatter_add(graph, x, dim, index, src, into=None):
     ranges = index.get_size()
     where, value = _along(x, dim, index), _values(src, x, ranges)
-    return _scatter(graph, x, ranges, where, value, "atomic_add", "scatter_add")
+    return _scatter(graph, x, ranges, where, value, "atomic_add", "scatter_add", into)
 
 
 @register_lowering(aten.scatter_reduce.two, graph=True)
-def scatter_reduce(graph, x, dim, index, src, reduce, *, include_self=True):
+def scatter_reduce(graph, x, dim, index, src, reduce, *, include_self=True, into=None):
     if reduce != "sum" or not include_self:
         raise Unsupported(f"scatter_reduce {reduce!r}, include_self={include_self}")
-    return scatter_add(graph, x, dim, index, src)
+    return scatter_add(graph, x, dim, index, src, into)
 
 
 @register_lowering(aten.index_put, graph=True)
-def index_put(graph, x, indices, values, accumulate=False):
-    if (masked := _masked_fill(x, indices, values, accumulate)) is not None:
+def index_put(graph, x, indices, values, accumulate=False, into=None):
+    masked = None if into is not None else _masked_fill(x, indices, values, accumulate)
+    if masked is not None:
         return masked
     ranges, where, _ = advanced_index(x, indices)
     value = _values(values, x, ranges, broadcast=True)
     mode = "atomic_add" if accumulate else None
-    return _scatter(graph, x, ranges, where, value, mode, "index_put")
+    return _scatter(graph, x, ranges, where, value, mode, "index_put", into)
 
 
 def _masked_fill(x: TensorBox, indices, values, accumulate: bool) -> TensorBox | None:
@@ -307,3 +323,179 @@ def copy_(graph, dst, src, non_blocking=False):
     buf = MutationBuffer(graph.new_buffer_name(), target.layout, body, target)
     graph.register_buffer(buf)
     return TensorBox(buf)
+
+
+# views that OpOverload.is_view does not call views: a piece of a list of views, and
+# the view that ATen declares fresh
+VIEW_OPS = (operator.getitem, aten._unsafe_view.default)
+# a functional scatter -> its in-place form, which returns its first argument
+INPLACEABLE = {
+    aten.index_put.default: aten.index_put_.default,
+    aten.scatter.src: aten.scatter_.src,
+    aten.scatter.value: aten.scatter_.value,
+    aten.scatter_add.default: aten.scatter_add_.default,
+    aten.scatter_reduce.two: aten.scatter_reduce_.two,
+}
+
+
+def _memory(node: Any) -> StorageWeakRef | None:
+    """The storage a node's value lives in: a view shares its input's."""
+    value = _val(node)
+    if not isinstance(value, torch.Tensor):
+        return None
+    return StorageWeakRef(value.untyped_storage())
+
+
+def _views(of: torch.fx.Node) -> set[torch.fx.Node]:
+    """of and the nodes that view its memory: reached through view ops, or sharing
+    its storage (where the graph's fake tensors keep that)."""
+    found, todo = set(), [of]
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        found.add(node)
+        for user in node.users:
+            target = user.target
+            if getattr(target, "is_view", False) or target in VIEW_OPS:
+                todo.append(user)
+    memory = _memory(of)
+    if memory is not None:
+        found |= {n for n in of.graph.nodes if (m := _memory(n)) and m == memory}
+    return found
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    same = sym_eq(tuple(a.shape), tuple(b.shape)) and sym_eq(a.stride(), b.stride())
+    return a.dtype == b.dtype and statically_known_true(same)
+
+
+def _sums_16_bit(r: torch.fx.Node) -> bool:
+    accumulate = r.target == aten.index_put.default and len(r.args) > 3 and r.args[3]
+    sums = accumulate or r.target in (aten.scatter_add.default, aten.scatter_reduce.two)
+    return bool(sums) and r.meta["val"].dtype in WIDENED
+
+
+def _masked(r: torch.fx.Node) -> bool:
+    if r.target != aten.index_put.default:
+        return False
+    dtypes = [getattr(_val(i), "dtype", None) for i in r.args[1]]
+    return torch.bool in dtypes or torch.uint8 in dtypes
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _copied(copy: torch.fx.Node) -> Any:
+    """The value copy_(x, source) writes back: source, or the value source clones
+    (a non-contiguous input's new value is cloned into contiguous strides first)."""
+    source = copy.args[1]
+    if isinstance(source, torch.fx.Node) and source.target == aten.clone.default:
+        return source.args[0]
+    return source
+
+
+def why_not_reinplace(copy: torch.fx.Node) -> str | None:
+    """None if copy_(x, r) may go, the scatter r writing x in place; else why not."""
+    x, r = copy.args[0], _copied(copy)
+    if x.op != "placeholder":
+        return f"{x} is not a graph input"
+    if not isinstance(r, torch.fx.Node) or r.target not in INPLACEABLE:
+        return f"{r} is not a scatter with an in-place form"
+    if r.args[0] is not x:
+        return f"{r} scatters into {r.args[0]}, not into {x}"
+    if not _same_layout(_val(x), _val(r)):
+        return f"{r} is laid out unlike {x}"
+    if _sums_16_bit(r):
+        return f"{r} sums {_val(x).dtype}, in float32 in a copy"
+    if _masked(r):
+        return f"{r} writes through a boolean mask, already in one pass"
+    nodes = list(copy.graph.nodes)
+    views_of_x = _views(x) - {copy}
+    for n in nodes[nodes.index(r) + 1 :]:
+        read = [a for a in n.all_input_nodes if a in views_of_x]
+        if n is not copy and read:
+            return f"{n} reads {read[0]} after {r} writes it"
+    if any(a in views_of_x for a in r.all_input_nodes if a is not x):
+        return f"{r} reads a view of {x}, which it writes"
+    returned = [a for a in nodes[-1].all_input_nodes if a in _views(r)]
+    if returned:
+        return f"{returned[0]} is a graph output"
+    return None
+
+
+def reinplace_inplaceable_ops(gm: torch.fx.GraphModule) -> None:
+    """Each scatter into an input that the graph copies back: written in place."""
+    if not config.reinplace_inplaceable_ops:
+        return
+    graph = gm.graph
+    for copy in list(graph.find_nodes(op="call_function", target=aten.copy_.default)):
+        x, r = copy.args[0], _copied(copy)
+        why = why_not_reinplace(copy)
+        if why is not None:
+            log.debug("reinplace: kept %s and copy_(%s, %s): %s", r, x, r, why)
+            continue
+        log.debug("reinplace: %s writes %s in place", r, x)
+        r.target = INPLACEABLE[r.target]
+        copy.replace_all_uses_with(r)
+        graph.erase_node(copy)
+    gm.recompile()
+
+
+aten_passes.append(reinplace_inplaceable_ops)
+
+
+class _Loads(NullHandler):
+    def __init__(self):
+        self.names: set[str] = set()
+
+    def load(self, name, index):
+        self.names.add(name)
+
+
+def _loads(box: TensorBox) -> set[str]:
+    """The names of the buffers a value's body loads."""
+    handler = _Loads()
+    with set_handler(handler):
+        box.make_loader()(index_vars(len(box.get_size())))
+    return handler.names
+
+
+def store_readers(graph, x: InputBuffer) -> None:
+    """Store each value still to be read whose body reads x: x is about to change."""
+    names = {x.name}
+    for buf in graph.buffers:  # stored views of x, and views of those
+        if isinstance(buf, ReinterpretBuffer) and buf.base.name in names:
+            names.add(buf.name)
+    for value in pytree.tree_leaves(list(graph.env.values())):
+        if not isinstance(value, TensorBox) or value.is_realized():
+            continue
+        if not _loads(value) & names:
+            continue
+        viewed = value
+        while isinstance(viewed.data, GenericView):
+            viewed = viewed.data.box
+        if isinstance(viewed.data, Pointwise):
+            graph.realize_viewed(value)
+        else:  # a window on x's memory: copy what it shows now
+            device, dtype = value.get_device(), value.get_dtype()
+            loader, size = value.make_loader(), tuple(value.get_size())
+            value.data = Pointwise(device, dtype, loader, size, frozenset({"clone"}))
+            value.realize(graph)
+
+
+def _in_place(lowering: Callable) -> Callable:
+    """A scatter lowering's in-place form: it writes into the graph input x."""
+
+    def lower(graph, x, *args, **kwargs):
+        if not (isinstance(x, TensorBox) and isinstance(x.data, InputBuffer)):
+            raise Unsupported("an in-place scatter into a value that is not an input")
+        store_readers(graph, x.data)
+        return lowering(graph, x, *args, **kwargs, into=x.data)
+
+    return lower
+
+
+for functional, in_place in INPLACEABLE.items():
+    register_lowering(in_place, graph=True)(_in_place(lowerings[functional]))

@@ -19,6 +19,7 @@ from minductor.ir import (
     InputBuffer,
     MultiOutput,
     MutationBuffer,
+    ReinterpretBuffer,
     Scan,
 )
 from minductor.lowering import GraphLowering
@@ -755,15 +756,28 @@ def overwritten(node: BaseSchedulerNode) -> list[str]:
 
 
 def order_mutations(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
-    """Each node that writes in place, with a WeakDep on every other reader."""
-    readers: dict[str, set[str]] = {}  # name -> the nodes that read it
+    """Each node that writes in place, with a WeakDep on every other reader of that
+    memory, by its name or through a view of it."""
+    base = {
+        n.get_name(): n.node.base.name
+        for n in nodes
+        if isinstance(getattr(n, "node", None), ReinterpretBuffer)
+    }
+
+    def memory(name: str) -> str:
+        while name in base:
+            name = base[name]
+        return name
+
+    readers: dict[str, set[str]] = {}  # memory -> the nodes that read it
     for node in nodes:
         for read in node.read_names():
-            readers.setdefault(read, set()).add(node.get_name())
+            readers.setdefault(memory(read), set()).add(node.get_name())
     ordered = []
     for node in nodes:
         name = node.get_name()
-        follow = {r for t in overwritten(node) for r in readers.get(t, ()) if r != name}
+        targets = {memory(t) for t in overwritten(node)}
+        follow = {r for t in targets for r in readers.get(t, ()) if r != name}
         if follow:
             weak = frozenset(WeakDep(r) for r in follow)
             node = dataclasses.replace(node, reads=node.reads | weak)
@@ -776,10 +790,18 @@ def reads_where_overwritten(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str |
     for first, second in ((a, b), (b, a)):
         for m in filter(mutates_input, first.snodes):
             target, (write,) = m.node.target.name, m.writes
+            before = {d.name for d in m.reads if isinstance(d, WeakDep)}
             for member in second.snodes:
-                for dep in member.reads:
-                    same = isinstance(dep, MemoryDep) and dep.index == write.index
-                    if dep.name == target and not same:
+                direct = [d for d in member.reads if d.name == target]
+                if member.get_name() in before and not direct:
+                    return f"{member.get_name()} reads {target} through a view"
+                for dep in direct:
+                    same = (
+                        isinstance(dep, MemoryDep)
+                        and dep.index == write.index
+                        and not is_indirect(write.index)
+                    )
+                    if not same:
                         return (
                             f"{member.get_name()} reads {dep}, which "
                             f"{m.get_name()} overwrites at {write.index}"
