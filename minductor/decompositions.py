@@ -9,6 +9,9 @@ from collections.abc import Callable
 import torch
 import torch.utils._pytree as pytree
 from torch._ops import OpOverload, OpOverloadPacket
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -588,8 +591,6 @@ MISLEADING_META: dict[OpOverload, str] = {}
 
 
 def _disagreement(out: object, expected: object) -> str | None:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     got, want = pytree.tree_leaves(out), pytree.tree_leaves(expected)
     got = [t for t in got if isinstance(t, torch.Tensor)]
     want = [t for t in want if isinstance(t, torch.Tensor)]
@@ -608,8 +609,6 @@ def _disagreement(out: object, expected: object) -> str | None:
 
 def held_to_meta(op: OpOverload, fn: Callable[..., object]) -> Callable[..., object]:
     """fn, a decomposition of op, checked against op's own meta function."""
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
     @functools.wraps(fn)  # the checked function is decomposition.__wrapped__
     def decomposition(*args, **kwargs):
