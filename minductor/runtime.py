@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -267,6 +268,86 @@ class CallSite:
         return lambda *buffers: launch_fn(self.kernel, numel, *buffers, **meta)
 
 
+def int_class(value: int) -> int:
+    """What Triton specializes an integer argument on: 1 (a constant of the binary),
+    a multiple of 16, or neither; plus its type: 4 for 64 bits, 8 for unsigned."""
+    wide = 0 if -(2**31) <= value < 2**31 else 4 if value < 2**63 else 8
+    return wide + (1 if value == 1 else 2 if value % 16 == 0 else 0)
+
+
+class SizedSite:
+    """The launcher of one launch line whose sizes are symbols: each call passes its
+    sizes, buffers and size symbols, and finds a binary by the classes of its integers."""
+
+    def __init__(
+        self, kernel, buffers: int, *, per_call=None, check=(), **meta: int
+    ):
+        self.kernel = kernel
+        self.buffers = buffers  # how many leading arguments are pointers
+        self.sizes = 2 if "RBLOCK" in meta else 1  # xnumel, and rnumel for a reduction
+        self.meta = meta  # XBLOCK, (RBLOCK,) num_warps, when not chosen per call
+        self.per_call = per_call  # "pointwise", "inner", "outer": chosen per call
+        self.check = check  # positions of the buffers that may be unaligned
+        # (blocks, warps, classes of the integers) -> (binary, device, constexprs)
+        self.binaries: dict[tuple, tuple] = {}
+
+    def choose(self, sizes: tuple[int, ...]) -> dict[str, int]:
+        if self.per_call == "pointwise":
+            return pointwise_blocks(sizes[0])
+        if self.per_call:
+            return persistent_blocks(*sizes, inner=self.per_call == "inner")
+        return self.meta
+
+    def __call__(self, *args) -> None:
+        sizes, args = args[: self.sizes], args[self.sizes :]
+        numel = sizes[0]
+        if numel == 0:
+            return
+        meta = self.choose(sizes)
+        key = (*meta.values(), *map(int_class, args[self.buffers :]),
+               *map(int_class, sizes))  # fmt: skip
+        found = self.binaries.get(key)
+        if found is not None and not _autograd_profiler._is_profiler_enabled:
+            b, device, constexprs = found
+            if _current_device() == device:
+                for i in self.check:
+                    if args[i].data_ptr() % 16:
+                        break  # not what the binary was compiled for
+                else:
+                    b.run(
+                        (numel + constexprs[0] - 1) // constexprs[0], 1, 1,
+                        _raw_stream(device),
+                        b.function,
+                        b.packed_metadata,
+                        None,  # launch metadata
+                        None,  # enter hook
+                        None,  # exit hook
+                        *args,
+                        *sizes,
+                        *constexprs,
+                    )  # fmt: skip
+                    return
+        blocks = {name: v for name, v in meta.items() if name != "num_warps"}
+        grid = ((numel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
+        launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"])
+        launcher.named(*args, *sizes)
+        if launcher.binary is not None:  # built for aligned pointers: keep it
+            found = (launcher.binary, launcher.device, tuple(blocks.values()))
+            self.binaries[key] = found
+
+    def through(self, launch_fn: Callable) -> Callable:
+        """This site's launches made by `launch_fn`, a function like `launch`."""
+
+        def run(*args) -> None:
+            sizes, args = args[: self.sizes], args[self.sizes :]
+            meta = dict(self.choose(sizes))
+            if len(sizes) == 2:
+                meta["rnumel"] = sizes[1]
+            launch_fn(self.kernel, sizes[0], *args, **meta)
+
+        return run
+
+
 @dataclasses.dataclass(frozen=True)
 class WarmUp:
     """One launch that can be compiled before the graph's first call."""
@@ -335,6 +416,24 @@ reinterpret_tensor = _cpp(
 extern_kernels = types.SimpleNamespace(
     mm=torch.mm, bmm=torch.bmm, addmm=torch.addmm, baddbmm=torch.baddbmm
 )
+
+
+_numbers: dict[tuple, torch.Tensor] = {}  # (value, sign, dtype, device) -> on device
+
+
+def number_on(x: torch.Tensor, device: str) -> torch.Tensor:
+    """A 0-dim CPU tensor as a 0-dim tensor on `device`, with no copy that waits for
+    the GPU: its value read on the host, one tensor kept per value."""
+    value = x.item()
+    sign = math.copysign(1.0, value) if isinstance(value, float) else 0.0
+    key = (value, sign, x.dtype, device)
+    found = _numbers.get(key)
+    if found is None:
+        if len(_numbers) >= 1024:
+            _numbers.clear()  # numbers that change at every call: keep few
+        found = torch.full((), value, dtype=x.dtype, device=device)
+        _numbers[key] = found
+    return found
 
 
 def restride(

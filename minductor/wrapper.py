@@ -73,7 +73,7 @@ class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
     comment: str = ""  # what autotuning chose (chapter 18)
-    site: str = ""  # the name of its CallSite, for a launch with numbers for sizes
+    site: str = ""  # the name of its CallSite, or SizedSite for symbolic sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
 
     def codegen(self) -> str:
@@ -82,10 +82,13 @@ class KernelCallLine:
 
     def launch_line(self) -> str:
         k = self.kernel
-        if self.site:  # sizes and blocks are bound in the site (below)
+        if self.site and self.static_sizes():  # sizes and blocks bound in the site
             return f"{self.site}({', '.join(k.call_args)})"
         args = ", ".join(k.call_args + k.size_args)
         numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
+        if self.site:  # the sizes first, then what the kernel's signature takes
+            sizes = f"{numel}, {rnumel}" if "RBLOCK" in dict(k.meta) else numel
+            return f"{self.site}({sizes}, {args})"
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
         if k.per_call_blocks == "pointwise":  # symbolic sizes: blocks sized per call
             meta = f"**pointwise_blocks({numel})"
@@ -114,7 +117,13 @@ class KernelCallLine:
         return tuple(int(n) for n in sizes) if int(sizes[0]) != 0 else None
 
     def site_definition(self) -> str:
-        meta = ", ".join(f"{key}={value}" for key, value in self.kernel.meta)
+        k = self.kernel
+        meta = ", ".join(f"{key}={value}" for key, value in k.meta)
+        if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 18)
+            return (
+                f"{self.site} = SizedSite({self.kernel_name}, {len(k.call_args)}, "
+                f"per_call={k.per_call_blocks!r}, check={self.check}, {meta})"
+            )
         return (
             f"{self.site} = CallSite({self.kernel_name}, {self.static_sizes()}, "
             f"{meta}, check={self.check})"
@@ -673,7 +682,7 @@ class WrapperCodeGen:
             "from minductor.runtime import (",
             "    benchmark, empty_strided, empty_strided_cpu, empty_strided_cuda,",
             "    CallSite, extern_kernels, launch, persistent_blocks,",
-            "    pointwise_blocks, rand_strided,",
+            "    number_on, pointwise_blocks, rand_strided, SizedSite,",
             "    reinterpret_tensor, restride,",
             ")",
             "",
@@ -702,9 +711,13 @@ class WrapperCodeGen:
         if names:
             body += [", ".join(names) + ("," if len(names) == 1 else "") + " = args"]
         body += ["args.clear()"]
-        to = f"to({str(self.graph.device)!r}, memory_format=torch.contiguous_format)"
+        device = str(self.graph.device)
+        to = f"to({device!r}, memory_format=torch.contiguous_format)"
         for name in sorted(self.graph.moved_inputs):  # CPU inputs eager moves itself
-            body += [f"{name} = {name}.{to}"]
+            if not self.graph.graph_inputs[name].get_size():  # a number (chapter 18)
+                body += [f"{name} = number_on({name}, {device!r})"]
+            else:
+                body += [f"{name} = {name}.{to}"]
         work = self.bind_sizes()
         for line in self.lines:
             work += line.codegen().splitlines()
@@ -773,14 +786,15 @@ class WrapperCodeGen:
         return aligned
 
     def plan_sites(self) -> None:
-        """A CallSite name for each launch with numbers for sizes."""
+        """A site name for each launch: a CallSite's if its sizes are numbers, else a
+        SizedSite's."""
         aligned = self.aligned_names()
         launches = [
             (k, (line.kernel_name, line.static_sizes(), line.kernel.meta))
             for k, line in enumerate(self.lines)
-            if isinstance(line, KernelCallLine) and line.static_sizes() is not None
+            if isinstance(line, KernelCallLine)
         ]
-        names: dict[tuple, str] = {}  # (kernel, sizes, blocks) -> its site
+        names: dict[tuple, str] = {}  # (kernel, sizes or None, blocks) -> its site
         checks: dict[str, set[int]] = {}  # site -> positions to check, all its lines'
         for k, key in launches:
             if key not in names:
@@ -801,7 +815,7 @@ class WrapperCodeGen:
         """The launches of `call` whose kernels can be compiled before it runs."""
         found: dict[WarmUp, None] = {}  # in launch order, each once
         for line in self.lines:
-            if not isinstance(line, KernelCallLine) or not line.site:
+            if not isinstance(line, KernelCallLine) or not line.static_sizes():
                 continue
             layouts = [self.layouts.get(name) for name in line.kernel.call_args]
             if None in layouts:

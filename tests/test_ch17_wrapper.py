@@ -793,3 +793,21 @@ def test_a_bound_call_gives_what_the_op_gives():
     torch.testing.assert_close(got, fn(x, w), atol=1e-5, rtol=1e-5)
     call = "\n".join(call_body(graphs[0].source))
     assert "torch.convolution(" in call and "aten.convolution" not in call
+
+
+def test_numbers_moved_to_the_gpu_go_through_number_on_and_tensors_through_to():
+    # "meta" stands in for a GPU. A 0-dim CPU input read as a number is read on the
+    # host (number_on, no copy that waits for the GPU); a CPU index tensor is copied
+    x, idx = torch.empty(5, 3, device="meta"), torch.tensor([1, 3])
+    scale = torch.tensor(0.5, dtype=torch.float64)
+
+    def f(x, s, i):
+        return x * s.float(), x[i]
+
+    graph = GraphLowering(make_fx(f)(x, scale, idx), [x, scale, idx]).lower()
+    body = WrapperCodeGen(graph, Scheduler(graph), interpret=True).generate_call()
+    moved = [line.strip() for line in body if line.strip().startswith(("s_1 =", "i_1 ="))]
+    assert moved == [
+        "i_1 = i_1.to('meta', memory_format=torch.contiguous_format)",
+        "s_1 = number_on(s_1, 'meta')",
+    ]

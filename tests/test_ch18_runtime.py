@@ -13,6 +13,7 @@ from minductor import runtime
 from minductor.config import config
 from minductor.runtime import (
     CallSite,
+    SizedSite,
     benchmark,
     empty_strided,
     interpret_mode,
@@ -22,6 +23,7 @@ from minductor.runtime import (
     rand_strided,
     restride,
 )
+from minductor.runtime import int_class, number_on
 
 pytestmark = pytest.mark.ch18
 
@@ -260,6 +262,103 @@ def test_a_call_site_checks_the_alignment_it_is_told_to():
         site(x, out)
         torch.testing.assert_close(out, x * 2)
     assert site.launcher.binary is not None  # the aligned calls went the direct way
+
+
+# --- sites with symbolic sizes -----------------------------------------------------
+
+
+def _triton_specialization():
+    """Triton's own classification of an integer argument, where this Triton exposes
+    it: (type, key) as its launcher's cache key uses them."""
+    jit = pytest.importorskip("triton.runtime.jit")
+    native = getattr(jit, "native_specialize_impl", None)
+    if native is None:
+        pytest.skip("this Triton does not expose native_specialize_impl")
+    from triton.backends.compiler import BaseBackend
+
+    return lambda v: native(BaseBackend, v, False, True, True)
+
+
+EDGES = [
+    *range(-40, 41),
+    *range(2**31 - 20, 2**31 + 20),
+    *range(-(2**31) - 20, -(2**31) + 20),
+    2**32, 2**40 + 16, 2**40 + 1, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 1,
+]  # fmt: skip
+
+
+def test_int_classes_are_no_coarser_than_tritons_specialization():
+    # two integers of one class must get one binary from Triton: the same type and key
+    triton_key = _triton_specialization()
+    seen: dict[int, set] = {}
+    for v in EDGES:
+        seen.setdefault(int_class(v), set()).add(triton_key(v))
+    for cls, keys in seen.items():
+        assert len(keys) == 1, (cls, keys)
+    assert len(seen) >= 7  # 1, multiples of 16 and others, in 32 and 64 bits, unsigned
+
+
+def test_int_class_on_concrete_values():
+    assert [int_class(v) for v in (1, 0, 16, -32, 17, 2, 2**31, 2**31 + 1, 2**63)] == [
+        1, 2, 2, 2, 0, 0, 6, 4, 10,
+    ]  # fmt: skip
+
+
+def test_a_sized_site_passes_buffers_symbols_then_sizes_with_a_grid_per_call():
+    kernel = FakeKernel()
+    site = SizedSite(kernel, 2, XBLOCK=32, RBLOCK=8, num_warps=2)
+    site(100, 7, "in", "out", 9)
+    site(33, 7, "in", "out", 9)
+    site(0, 7, "in", "out", 9)  # nothing to do: no launch
+    assert kernel.grids == [(4,), (2,)]
+    assert [c[1] for c in kernel.calls] == [("in", "out", 9, 100, 7), ("in", "out", 9, 33, 7)]
+    assert kernel.calls[0][2]["XBLOCK"] == 32 and kernel.calls[0][2]["RBLOCK"] == 8
+
+
+def test_a_sized_site_chooses_blocks_per_call_from_the_sizes():
+    kernel = FakeKernel()
+    SizedSite(kernel, 1, per_call="pointwise", XBLOCK=8, num_warps=1)(5000, "x")
+    SizedSite(kernel, 1, per_call="inner", XBLOCK=8, RBLOCK=8, num_warps=1)(6, 300, "y")
+    pointwise, persistent = kernel.calls
+    want = runtime.pointwise_blocks(5000)
+    assert pointwise[2]["XBLOCK"] == want["XBLOCK"] != 8
+    assert pointwise[0] == (-(-5000 // want["XBLOCK"]),)
+    want = runtime.persistent_blocks(6, 300, inner=True)
+    assert persistent[2]["RBLOCK"] == want["RBLOCK"] >= 300  # the whole row at once
+
+
+def test_a_sized_site_hands_its_launches_to_another_launch():
+    seen = []
+    site = SizedSite(FakeKernel(), 1, XBLOCK=64, RBLOCK=16, num_warps=4)
+    site.through(lambda kernel, numel, *args, **meta: seen.append((numel, args, meta)))(
+        50, 9, "a", 3
+    )
+    assert seen == [(50, ("a", 3), dict(XBLOCK=64, RBLOCK=16, num_warps=4, rnumel=9))]
+
+
+@triton.jit
+def _scaled_copy(in_ptr, out_ptr, k, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) * k, xmask)
+
+
+def test_a_sized_site_is_right_across_the_classes_of_its_sizes():
+    # 1 is compiled in as a constant and 16 as a multiple of 16: a binary kept for one
+    # of them and used for 17 would write one element, or assume alignment it lacks
+    site = SizedSite(_scaled_copy, 2, XBLOCK=64, num_warps=1)
+    sizes = [1, 16, 17, 1, 48, 33, 2, 16, 200, 1] if DEVICE == "cpu" else [
+        1, 16, 17, 1, 48, 33, 2, 16, 200, 1, *range(33, 161),
+    ]  # fmt: skip
+    for n in sizes:
+        for k in (1, 3, 16):
+            x = torch.randn(n, device=DEVICE)
+            out = torch.full((n,), -7.0, device=DEVICE)
+            site(n, x, out, k)
+            torch.testing.assert_close(out, x * k)
+    if DEVICE == "cuda":
+        # classes of (k, n): k in 1 / other / 16, n in 1 / multiple of 16 / other
+        assert len(site.binaries) <= 9
 
 
 @pytest.mark.cuda
@@ -547,3 +646,48 @@ def test_a_warm_up_goes_through_the_launcher_the_launch_will_use():
     )
     assert runtime.launcher_for(kernel, (1000, 33), (), 256, 64, 4) is launcher
     assert runtime.launcher_for(kernel, (1000, 33), (), 128, 64, 4) is not launcher
+
+
+# --- numbers moved to the GPU ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICE])
+def test_number_on_keeps_value_sign_and_dtype_and_one_tensor_per_value(device):
+    values = [
+        (0.0, torch.float32), (-0.0, torch.float32), (-0.0, torch.bfloat16),
+        (1.0, torch.float32), (1.0, torch.float64), (1, torch.int64), (True, torch.bool),
+        (1e-6, torch.float64), (0.1, torch.float32), (-(2**40), torch.int64),
+        (float("inf"), torch.float16), (float("-inf"), torch.float32),
+    ]  # fmt: skip
+    got = []
+    for value, dtype in values:
+        x = torch.tensor(value, dtype=dtype)
+        y = number_on(x, device)
+        assert y.device.type == torch.device(device).type and y.dim() == 0
+        assert y.dtype == dtype and y.cpu().item() == x.item()
+        assert torch.signbit(y.cpu()) == torch.signbit(x)  # -0.0 is not 0.0
+        assert number_on(x.clone(), device) is y  # the same value: the same tensor
+        got.append(y)
+    assert len({id(y) for y in got}) == len(values)  # no two values share one
+    nan = number_on(torch.tensor(float("nan")), device)
+    assert nan.isnan().item()
+
+
+@pytest.mark.cuda
+def test_a_graph_with_numbers_as_cpu_tensors_does_not_wait_for_the_gpu():
+    # dynamic=True passes Python floats as 0-dim CPU tensors; moving one with .to()
+    # waits for everything queued on the stream
+    def f(x, eps, scale):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * scale
+
+    fn = torch.compile(f, backend="minductor", dynamic=True)
+    x = torch.randn(4, 64, device="cuda")
+    for eps in (1e-6, 1e-5, 1e-6):
+        torch.testing.assert_close(fn(x, eps, 0.5), f(x, eps, 0.5))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = fn(x, 1e-6, 0.5)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.testing.assert_close(out, f(x, 1e-6, 0.5))

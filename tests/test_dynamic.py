@@ -183,9 +183,11 @@ def test_kernel_takes_the_size_symbol_and_the_wrapper_computes_it(device):
     (rows,) = re.findall(r"empty_strided\w*\(\((s\d+),\)", call)
     assert re.search(rf"^\s+{rows} = arg\d+_1$", call, re.M)
     assert rows in params
-    # a persistent reduction whose blocks the wrapper sizes at each launch
+    # a persistent reduction whose blocks its site sizes at each launch, called with
+    # this call's sizes first (rows, and the row length, a symbol too)
     assert "for roffset" not in graph.source
-    assert "**persistent_blocks(" in call
+    assert re.search(r"= SizedSite\(triton_per_\w+, 3, per_call='inner'", graph.source)
+    assert re.search(rf"^\s+launch_triton_per_\w+\({rows}, s\d+, ", call, re.M)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -116,13 +116,15 @@ def test_results_unchanged(shape):
 def test_dynamic_pointwise_blocks_are_sized_per_launch():
     torch._dynamo.reset()
     fn = torch.compile(lambda x: x.sin() * 2, backend="minductor", dynamic=True)
+    launchers = len(runtime._launchers)
     with record_compiled() as graphs:
         for n in (5, 4096, 3000):
             x = torch.randn(n)
             torch.testing.assert_close(fn(x), x.sin() * 2)
+    assert len(runtime._launchers) == launchers  # no launcher kept per size seen
     (graph,) = graphs  # one compile serves every size
-    (call,) = [ln for ln in graph.source.splitlines() if "launch(" in ln]
-    assert "**pointwise_blocks(s" in call
+    (site,) = [ln for ln in graph.source.splitlines() if "= SizedSite(" in ln]
+    assert "per_call='pointwise'" in site  # blocks chosen from each launch's size
     assert "xmask = xindex < xnumel" in graph.source  # no constant mask: any size
     assert runtime.pointwise_blocks(4096) == pointwise_config(4096, True)
 
