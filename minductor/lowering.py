@@ -437,13 +437,31 @@ class GraphLowering(torch.fx.Interpreter):
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if not isinstance(meta, torch.Tensor):
             return box.realize(self)
-        static = all(type(s) is int for s in meta.stride())  # symbolic: left alone
-        if not static or not _no_overlap(meta.shape, meta.stride()):
+        static = all(type(s) is int for s in meta.stride())
+        if not static:  # a value computed now: straight into eager's symbolic strides
+            stride = as_exprs(meta.stride())
+            if isinstance(box.data, Pointwise) and self._no_overlap_at_hints(
+                as_exprs(meta.shape), stride
+            ):
+                return self.realize_as(box, stride)
+            return box.realize(self)
+        if not _no_overlap(meta.shape, meta.stride()):
             return box.realize(self)
         window = None if isinstance(box.data, Buffer) else strided_view(box.data)
         if window is not None and _same_order(window.layout, meta.stride()):
             return box.realize(self)  # a window in eager's order: padding allowed
         return self.realize_as(box, as_exprs(meta.stride()))
+
+    def _no_overlap_at_hints(self, size, stride) -> bool:
+        """_no_overlap for symbolic sizes, at the symbols' hints; a stride that is 0
+        as an expression overlaps at every size."""
+        if any(st == 0 and n != 1 for n, st in zip(size, stride)):
+            return False
+        try:
+            hinted = self.sizevars.size_hints((*size, *stride))
+        except NotImplementedError:  # a size that depends on the data
+            return False
+        return _no_overlap(hinted[: len(size)], hinted[len(size) :])
 
     def realize_as(self, box: TensorBox, stride: tuple[sympy.Expr, ...]) -> Buffer:
         """box in memory with these strides: a value not yet in memory is computed

@@ -202,10 +202,12 @@ def slice_lowering(graph, x, dim=0, start=None, end=None, step=1):
 def select(x, dim, index):
     size = list(x.get_size())
     dim = _dim(dim, len(size))
-    index = index + int(size[dim]) if index < 0 else index
+    if isinstance(index, int) and index < 0:  # from the end: size - 1 for -1, say,
+        index = index + size[dim]  # which may be a symbol (`x[:, -1]`, dynamic=True)
 
     def reindex(view_index):
-        return list(view_index[:dim]) + [sympy.Integer(index)] + list(view_index[dim:])
+        at = sympy.sympify(index)
+        return list(view_index[:dim]) + [at] + list(view_index[dim:])
 
     return make_view(x, size[:dim] + size[dim + 1 :], reindex)
 

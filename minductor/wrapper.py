@@ -518,7 +518,7 @@ class WrapperCodeGen:
         # key -> (name, layout, its FreeLine in `lines`, that line's place in self.lines)
         pool: dict[tuple[Any, ...], list[tuple[str, FixedLayout, int, int]]] = {}
         lines: list[Line] = []  # planned so far; pool entries point at FreeLines
-        profile = self.live_bytes(group)  # None: sizes symbolic, no holding over work
+        profile = self.live_bytes(group)  # None: a size unknown, no holding over work
         peak = max(profile, default=0) if profile is not None else 0
         work = 0  # work lines so far
         work_at: list[int] = []  # work lines before each line of self.lines
@@ -566,12 +566,19 @@ class WrapperCodeGen:
 
 
     def nbytes(self, layout: FixedLayout) -> int:
+        """The bytes of a layout's storage; with symbolic sizes, at the sizes the graph
+        was compiled for (its symbols' hints); -1 where a symbol has no hint."""
         elements = self.reuse_key(layout)[2]
-        return int(elements) * layout.dtype.itemsize if elements.is_Integer else -1
+        if not elements.is_Integer:
+            try:
+                elements = self.graph.sizevars.size_hint(elements)
+            except NotImplementedError:  # a size that depends on the data
+                return -1
+        return int(elements) * layout.dtype.itemsize
 
     def live_bytes(self, group: Callable[[str], str]) -> list[int] | None:
-        """The bytes of memory alive after each line, before reuse; None if any size
-        is symbolic."""
+        """The bytes of memory alive after each line, before reuse; None if a size
+        has no hint."""
         sizes: dict[str, int] = {}  # group -> the bytes made under its names
         names: dict[str, set[str]] = {}  # group -> its names not yet freed
         live, profile = 0, []

@@ -27,6 +27,7 @@ from minductor.ir import (
 from minductor.lowering import GraphLowering, lowerings
 from minductor.runtime import interpret_mode, load_module
 from minductor.scheduler import Scheduler
+from minductor.sizevars import SizeVarAllocator
 from minductor.wrapper import (
     AllocateLine,
     ExternCallLine,
@@ -522,8 +523,9 @@ BUF0 = Buffer("buf0", L57)
 VIEW = ReinterpretBuffer("buf1", T57, BUF0)
 
 
-def planned(lines, outputs=()):
-    graph = SimpleNamespace(graph_outputs=list(outputs))
+def planned(lines, outputs=(), hints=None):
+    sizevars = SizeVarAllocator(var_to_hint=hints or {})
+    graph = SimpleNamespace(graph_outputs=list(outputs), sizevars=sizevars)
     wrapper = WrapperCodeGen(graph, None, interpret=True)
     wrapper.lines = list(lines)
     wrapper.plan_reuse()
@@ -596,17 +598,29 @@ def test_planner_holds_memory_across_work_only_below_the_peak():
         alloc("buf1"),
     ]
     assert planned(lines) == [line.codegen() for line in lines]
-    # with symbolic sizes the peak is not a number: no memory is held over work
-    s0 = sympy.Symbol("s0", positive=True, integer=True)
+    # with symbolic sizes the peak is judged at the symbols' hints: buf0 (s0 x 7) is
+    # held over buf2 (s1 x 7) only if an earlier buffer (s2 x 7) set a peak above both
+    s0, s1, s2 = sympy.symbols("s0 s1 s2", positive=True, integer=True)
     sym = FixedLayout.contiguous(cpu, torch.float32, (s0, 7))
     lines = [
+        alloc("bufh", FixedLayout.contiguous(cpu, torch.float32, (s2, 7))),
+        WorkLine(("bufh",)),
+        FreeLine(("bufh",)),
         alloc("buf0", sym),
         WorkLine(("buf0",)),
         FreeLine(("buf0",)),
-        WorkLine(("x",)),
+        alloc("buf2", FixedLayout.contiguous(cpu, torch.float32, (s1, 7))),
+        WorkLine(("buf2",)),
+        FreeLine(("buf2",)),
         alloc("buf1", sym),
     ]
-    assert planned(lines) == [line.codegen() for line in lines]
+    unchanged = [line.codegen() for line in lines]
+    held = planned(lines, hints={s0: 5, s1: 2, s2: 100})  # peak 700: 35 + 14 fits
+    assert "buf1 = buf0  # reuse" in held
+    assert planned(lines, hints={s0: 5, s1: 2, s2: 6}) == unchanged  # 49 > 42
+    assert planned(lines, hints={s0: 5, s1: 2, s2: 7}) != unchanged  # 49 <= 49
+    # a size with no hint (one that depends on the data): nothing is held over work
+    assert planned(lines, hints={s1: 2, s2: 100}) == unchanged
 
 
 def test_planner_never_reuses_memory_a_live_view_reads():

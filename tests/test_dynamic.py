@@ -7,6 +7,7 @@ specialised (numbers in the kernel, no size arguments).
 """
 
 import logging
+from types import SimpleNamespace
 import re
 
 import pytest
@@ -60,7 +61,10 @@ def size_params(source: str) -> set[str]:
 
 
 CASES = {
-    "pointwise": (lambda x: x.sin() * 2 + 1, lambda n, d: (torch.randn(n, 3, device=d),)),
+    "pointwise": (
+        lambda x: x.sin() * 2 + 1,
+        lambda n, d: (torch.randn(n, 3, device=d),),
+    ),
     "broadcast": (
         lambda x, b: x * b + 1,
         lambda n, d: (torch.randn(n, 6, device=d), torch.randn(6, device=d)),
@@ -108,10 +112,12 @@ CASES = {
     # MPT's alibi bias: the last n of 20 positions, from max(0, 20 - n), added to a
     # tensor of length n: the slice's length must be n itself, not 20 - Max(0, 20 - n)
     "slice_from_a_max": (
-        lambda y: torch.arange(60.0, device=y.device).view(3, 20)[
-            :, max(0, 20 - y.shape[0]) :
-        ]
-        + y,
+        lambda y: (
+            torch.arange(60.0, device=y.device).view(3, 20)[
+                :, max(0, 20 - y.shape[0]) :
+            ]
+            + y
+        ),
         lambda n, d: (torch.randn(n, device=d),),
     ),
     "expand_to_a_length": (
@@ -338,3 +344,49 @@ def test_python_floats_under_dynamic_shapes_compute_in_the_kernels(device):
             x = torch.randn(rows, 16, device=device)
             torch.testing.assert_close(compiled(x), norm(x))
     assert graphs and all(g.fallbacks == [] for g in graphs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_select_from_the_end_of_a_symbolic_dim_is_a_view(device):
+    # logits[:, -1] under dynamic=True: the index is the symbol minus one
+    graph = run_dynamic(
+        lambda x: (x[:, -1] * 2, x[-2] + 1, x[:, 0].sum()),
+        lambda n: (torch.randn(n, n + 1, device=device),),
+        sizes=(2, 5, 9),
+    )
+    assert graph.fallbacks == []
+
+
+def test_a_llama_prefill_compiles_to_as_many_kernels_under_dynamic_true():
+    # a rotary embedding of the transposed queries is handed to attention in eager's
+    # strides, which are symbolic here: computed straight into them, not copied
+    from minductor import decoding
+
+    torch.manual_seed(0)
+    model = decoding.Transformer(decoding.TINY).eval()
+    model.setup_caches(1, 32)
+    kernels = {}
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        fn = torch.compile(decoding.prefill, backend="minductor", dynamic=dynamic)
+        with record_compiled() as graphs, torch.no_grad():
+            for t in (5, 7):
+                prompt = torch.randint(1, 100, (1, t))
+                got = fn(model, prompt, torch.arange(t))
+                want = decoding.prefill(model, prompt, torch.arange(t))
+                assert torch.equal(got, want)
+        kernels[dynamic] = len(graphs[-1].kernel_names)
+        assert graphs[-1].fallbacks == []
+    assert kernels[True] == kernels[False]
+
+
+def test_no_overlap_at_hints_refuses_broadcasts_and_sizes_without_hints():
+    s0, s1 = sympy.symbols("s0 s1", positive=True, integer=True)
+    graph = SimpleNamespace(sizevars=SizeVarAllocator(var_to_hint={s0: 3}))
+    check = GraphLowering._no_overlap_at_hints.__get__(graph)
+    assert check((2, s0, 8), (8 * s0, 8, 1))  # contiguous
+    assert check((2, s0, 8), (8, 16, 1))  # dims in another order, still apart
+    assert check((2, s0, 8), (8, 4, 1)) is False  # rows 4 apart, 8 long: overlap
+    assert check((2, s0, 8), (8 * s0, 0, 1)) is False  # a broadcast: shares memory
+    assert check((2, 1, 8), (8, 0, 1))  # a stride of a size-1 dim is never used
+    assert check((2, s1, 8), (8 * s1, 8, 1)) is False  # s1 has no hint

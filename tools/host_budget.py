@@ -2,19 +2,19 @@
 
 Each backend's step is compiled and warmed up, then called with the GPU kept busy
 (`torch.cuda._sleep`), so that the host never waits for it: the wall time per call is
-host time. Then timing wrappers go around the pieces both backends share, and the time
-inside each is summed over the calls:
-  graph      the compiled graph's call (minductor's CompiledGraph or CUDAGraphed,
-             Inductor's CompiledFxGraph); the rest of a step is outside it: Dynamo's
-             guards, AOTAutograd's runtime wrappers, the model's Python between graphs
-  launches   Triton launches (minductor's sites and `launch`, Inductor's
+host time. The pieces are found by taking them away, one more at a time, and timing
+again (wrappers that read a clock inside the call would add their own cost, and on
+some hosts a clock read costs microseconds):
+  launches   Triton launches become no-ops (minductor's sites and `launch`, Inductor's
              CachingAutotuner.run)
-  alloc      torch's C++ allocation entry, which both backends' wrappers call
-  extern     matmuls through the extern_kernels namespaces
-  replay     torch.cuda.CUDAGraph.replay
-and what is left of the graph's call is its own Python: argument unpacking, frees,
-views, and for CUDA graphs the bookkeeping around a replay. The wrappers cost time of
-their own (each call is counted, so it can be judged).
+  extern     so do the matmuls of the extern_kernels namespaces
+  graph      the compiled graph's call returns the last call's outputs at once
+             (minductor's CompiledGraph and CUDAGraphed, Inductor's CompiledFxGraph):
+             what is left is outside it, Dynamo's guards, AOTAutograd's runtime
+             wrappers and the model's Python between graphs
+  replay     (CUDA graphs) torch.cuda.CUDAGraph.replay becomes a no-op
+The graph's own work is what remains of its call: allocations, argument handling,
+frees and views, and for CUDA graphs the bookkeeping around a replay.
 
 Workloads (Llama of 8 layers of width 1024, bf16, the decoding page's):
   step      the gpt-fast decode step, static sizes, plain launches
@@ -27,67 +27,65 @@ Run on a GPU:
 """
 
 import argparse
-import collections
 import statistics
 import time
 
 import torch
 
-# before minductor is imported: generated modules bind the allocator when they load
-_guards = torch._C._dynamo.guards
-totals: dict[str, float] = collections.defaultdict(float)
-counts: dict[str, int] = collections.defaultdict(int)
-inside: set[str] = set()  # pieces being timed now: a graph inside a graph counts once
+from minductor import capture, cudagraphs, decoding, runtime
+
+skipped: set[str] = set()  # the pieces taken away now
 
 
-on = [False]  # timing switched on: the pieces' wrappers time only then
+def skippable(name, fn, result=None):
+    """fn, or a no-op returning `result` while `name` is taken away."""
 
-
-def timed(name, fn):
     def wrapper(*args, **kwargs):
-        if not on[0] or name in inside:
-            return fn(*args, **kwargs)
-        inside.add(name)
-        t = time.perf_counter_ns()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            totals[name] += time.perf_counter_ns() - t
-            counts[name] += 1
-            inside.discard(name)
+        if name in skipped:
+            return result
+        return fn(*args, **kwargs)
 
     return wrapper
 
 
-_guards._empty_strided_cuda = timed("alloc", _guards._empty_strided_cuda)
+def skippable_graph(call):
+    """A compiled graph's __call__ that, while "graph" is taken away, hands back the
+    outputs of its last real call (and empties its arguments, as the call would)."""
+    last: dict[int, object] = {}
 
-from minductor import capture, cudagraphs, decoding, runtime  # noqa: E402
+    def wrapper(self, args):
+        if "graph" in skipped and id(self) in last:
+            args.clear()
+            return last[id(self)]
+        out = call(self, args)
+        last[id(self)] = out
+        return out
 
-PIECES = ("launches", "alloc", "extern", "replay")
+    return wrapper
 
 
 def patch_pieces() -> None:
-    """Timing wrappers on the class or namespace each backend calls through."""
+    """The pieces, made skippable where each backend calls through them."""
     from torch._inductor import output_code, select_algorithm
     from torch._inductor.runtime import triton_heuristics
 
     for cls in (capture.CompiledGraph, cudagraphs.CUDAGraphed,
                 output_code.CompiledFxGraph):  # fmt: skip
-        cls.__call__ = timed("graph", cls.__call__)
+        cls.__call__ = skippable_graph(cls.__call__)
     for graph in compiled:  # a module's own `launch`, bound when it loaded
         scope = graph.call.__globals__
         if "launch" in scope:
-            scope["launch"] = timed("launches", scope["launch"])
+            scope["launch"] = skippable("launches", scope["launch"])
     for cls in (runtime.CallSite, getattr(runtime, "SizedSite", None)):
         if cls is not None:
-            cls.__call__ = timed("launches", cls.__call__)
+            cls.__call__ = skippable("launches", cls.__call__)
     tuner = triton_heuristics.CachingAutotuner
-    tuner.run = timed("launches", tuner.run)
+    tuner.run = skippable("launches", tuner.run)
     for ns in (runtime.extern_kernels, select_algorithm.extern_kernels):
         for n in ("mm", "bmm", "addmm", "baddbmm"):
             if hasattr(ns, n):
-                setattr(ns, n, timed("extern", getattr(ns, n)))
-    torch.cuda.CUDAGraph.replay = timed("replay", torch.cuda.CUDAGraph.replay)
+                setattr(ns, n, skippable("extern", getattr(ns, n)))
+    torch.cuda.CUDAGraph.replay = skippable("replay", torch.cuda.CUDAGraph.replay)
 
 
 def workload(name: str, backend: str, batch: int, reference):
@@ -136,14 +134,21 @@ def host_us(one, calls: int, reps: int = 15) -> float:
     took = []
     for _ in range(reps):
         torch.cuda.synchronize()
-        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU work queued first
+        torch.cuda._sleep(50_000_000)  # about 25 ms of GPU work queued first
         with torch.no_grad():
             t = time.perf_counter()
             for _ in range(calls):
                 one()
-            took.append(time.perf_counter() - t)
+            took.append((time.perf_counter() - t) / calls * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(took) / calls * 1e6
+    return statistics.median(took)
+
+
+# what is taken away, cumulatively, for each column: its time is the difference
+STAGES = {
+    "step": [(), ("launches",), ("launches", "extern"), ("graph",)],
+    "replay": [(), ("replay",), ("graph",)],
+}
 
 
 def main() -> None:
@@ -174,34 +179,41 @@ def main() -> None:
             print(f"  {b:10s} {statistics.median(t):8.1f} ({min(t):.1f}-{max(t):.1f})")
         budgets[name] = (steps, {b: statistics.median(times[b]) for b in backends})
     patch_pieces()
-    on[0] = True
     print(
-        "\n| workload | backend | host µs/call | outside graph | graph's own Python |"
-        " launches | alloc | extern | replay | timing wrappers |"
+        "\n| workload | backend | host µs/call | outside the graph |"
+        " graph's own work | launches | extern | replay |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, (steps, median) in budgets.items():
+        stages = STAGES["replay" if name == "replay" else "step"]
         for b in backends:
-            totals.clear(), counts.clear()
-            wrapped = host_us(steps[b], args.calls)
-            made = args.calls * REPS  # the calls host_us made
-            per = {k: totals[k] / made / 1e3 for k in ("graph", *PIECES)}
-            n = {k: counts[k] / made for k in ("graph", *PIECES)}
-            own = per["graph"] - sum(per[k] for k in PIECES)
-            cells = [f"{per[k]:.1f} ({n[k]:.0f})" for k in PIECES]
+            t = {}
+            for r in range(3):  # each stage in turn, medians over rounds
+                for stage in stages:
+                    skipped.clear()
+                    skipped.update(stage)
+                    t.setdefault(stage, []).append(host_us(steps[b], args.calls, 9))
+            skipped.clear()
+            t = {stage: statistics.median(v) for stage, v in t.items()}
+            cut = [t[a] - t[z] for a, z in zip(stages, stages[1:])]
+            outside = t[("graph",)]
+            if name == "replay":
+                cells = [t[()] - t[("replay",)] - outside, "—", "—", cut[0]]
+            else:
+                cells = [t[("launches", "extern")] - outside, cut[0], cut[1], "—"]
+            text = [c if isinstance(c, str) else f"{c:.1f}" for c in cells]
             print(
-                f"| {name} | {b} | {median[b]:.1f} | {wrapped - per['graph']:.1f} | "
-                f"{own:.1f} | {' | '.join(cells)} | +{wrapped - median[b]:.1f} |"
+                f"| {name} | {b} | {t[()]:.1f} | {outside:.1f} | {' | '.join(text)} |"
             )
     print(
-        "\nCells: µs per call (calls of that piece per call). The pieces are timed with"
-        " the wrappers on, so 'host µs/call' (without them) is the number to compare."
+        "\nEach column is the time saved by taking that piece away too (host µs per "
+        "call, medians over rounds); 'host µs/call' is the whole call, measured in "
+        "these rounds, beside the first rounds' figure above."
     )
 
 
 budgets: dict[str, tuple] = {}
 LONGEST = 128
-REPS = 15  # host_us's default
 compiled: list = []  # minductor's graphs, all workloads'
 
 if __name__ == "__main__":
