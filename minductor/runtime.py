@@ -290,6 +290,7 @@ class SizedSite:
         self.check = check  # positions of the buffers that may be unaligned
         # (blocks, warps, classes of the integers) -> (binary, device, constexprs)
         self.binaries: dict[tuple, tuple] = {}
+        self.seen: dict[tuple, tuple] = {}  # the integers themselves -> the same
 
     def choose(self, sizes: tuple[int, ...]) -> dict[str, int]:
         if self.per_call == "pointwise":
@@ -300,38 +301,52 @@ class SizedSite:
 
     def __call__(self, *args) -> None:
         sizes, args = args[: self.sizes], args[self.sizes :]
-        numel = sizes[0]
-        if numel == 0:
+        ints = args[self.buffers :] + sizes
+        found = self.seen.get(ints)  # these very sizes before: the blocks follow
+        if found is None:
+            if sizes[0] == 0:
+                return
+            meta = self.choose(sizes)
+            key = (*meta.values(), *map(int_class, ints))
+            found = self.binaries.get(key)
+            if found is None:
+                self.compile_and_launch(key, meta, args, sizes)
+                return
+            if len(self.seen) >= 1024:
+                self.seen.clear()  # sizes that never come back: keep few
+            self.seen[ints] = found
+        if _autograd_profiler._is_profiler_enabled:  # a launch in a named range
+            self.compile_and_launch(None, self.choose(sizes), args, sizes)
             return
-        meta = self.choose(sizes)
-        key = (*meta.values(), *map(int_class, args[self.buffers :]),
-               *map(int_class, sizes))  # fmt: skip
-        found = self.binaries.get(key)
-        if found is not None and not _autograd_profiler._is_profiler_enabled:
-            b, device, constexprs = found
-            if _current_device() == device:
-                for i in self.check:
-                    if args[i].data_ptr() % 16:
-                        break  # not what the binary was compiled for
-                else:
-                    b.run(
-                        (numel + constexprs[0] - 1) // constexprs[0], 1, 1,
-                        _raw_stream(device),
-                        b.function,
-                        b.packed_metadata,
-                        None,  # launch metadata
-                        None,  # enter hook
-                        None,  # exit hook
-                        *args,
-                        *sizes,
-                        *constexprs,
-                    )  # fmt: skip
-                    return
+        b, device, constexprs = found
+        if _current_device() == device:
+            for i in self.check:
+                if args[i].data_ptr() % 16:
+                    break  # not what the binary was compiled for
+            else:
+                b.run(
+                    (sizes[0] + constexprs[0] - 1) // constexprs[0], 1, 1,
+                    _raw_stream(device),
+                    b.function,
+                    b.packed_metadata,
+                    None,  # launch metadata
+                    None,  # enter hook
+                    None,  # exit hook
+                    *args,
+                    *sizes,
+                    *constexprs,
+                )  # fmt: skip
+                return
+        self.compile_and_launch(None, self.choose(sizes), args, sizes)
+
+    def compile_and_launch(self, key, meta, args, sizes) -> None:
+        """Launch through a Launcher made for this call, which compiles or finds the
+        binary; keep it under `key` if its pointers were aligned."""
         blocks = {name: v for name, v in meta.items() if name != "num_warps"}
-        grid = ((numel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
+        grid = ((sizes[0] + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
         launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"])
         launcher.named(*args, *sizes)
-        if launcher.binary is not None:  # built for aligned pointers: keep it
+        if key is not None and launcher.binary is not None:
             found = (launcher.binary, launcher.device, tuple(blocks.values()))
             self.binaries[key] = found
 
