@@ -446,7 +446,8 @@ def number_on(x: torch.Tensor, device: str) -> torch.Tensor:
     if found is None:
         if len(_numbers) >= 1024:
             _numbers.clear()  # numbers that change at every call: keep few
-        found = torch.full((), value, dtype=x.dtype, device=device)
+        with torch.inference_mode(False):  # kept for later calls, which may train
+            found = torch.full((), value, dtype=x.dtype, device=device)
         _numbers[key] = found
     return found
 

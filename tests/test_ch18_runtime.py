@@ -673,6 +673,10 @@ def test_number_on_keeps_value_sign_and_dtype_and_one_tensor_per_value(device):
     assert len({id(y) for y in got}) == len(values)  # no two values share one
     nan = number_on(torch.tensor(float("nan")), device)
     assert nan.isnan().item()
+    # first met under inference_mode, kept for calls that may train
+    with torch.inference_mode():
+        y = number_on(torch.tensor(0.3125), device)
+    assert not y.is_inference()
 
 
 @pytest.mark.cuda
