@@ -20,10 +20,12 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m minductor.demo
 
+# the tests on every core, four at most (pytest-xdist); TEST_JOBS=0 runs them in one process
+TEST_JOBS ?= auto
 test: $(STAMP)
 	$(PY) tools/tangle.py --check
 	$(PY) tools/make_stubs.py --check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --maxprocesses=4
 	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
 	$(PY) tools/check_exec_output.py site
 
