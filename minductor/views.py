@@ -569,12 +569,13 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
 def select_scatter(x, src, dim, index):
     size = x.get_size()
     d = _dim(dim, len(size))
-    index = index + int(size[d]) if index < 0 else index
+    if isinstance(index, int) and index < 0:  # from the end, as `select`
+        index = index + size[d]
     load_x = x.make_loader()
     load_src = converting_loader(src, src.get_size(), x.get_dtype())
 
     def inner_fn(i):
-        hit = ops.eq(_index_value(i[d]), ops.constant(index, torch.int64))
+        hit = ops.eq(_index_value(i[d]), _scalar(index, torch.int64))
         return ops.where(hit, load_src(list(i[:d]) + list(i[d + 1 :])), load_x(i))
 
     box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))

@@ -347,10 +347,15 @@ def test_python_floats_under_dynamic_shapes_compute_in_the_kernels(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_select_from_the_end_of_a_symbolic_dim_is_a_view(device):
+def test_select_and_select_scatter_from_the_end_of_a_symbolic_dim(device):
     # logits[:, -1] under dynamic=True: the index is the symbol minus one
     graph = run_dynamic(
-        lambda x: (x[:, -1] * 2, x[-2] + 1, x[:, 0].sum()),
+        lambda x: (
+            x[:, -1] * 2,
+            x[-2] + 1,
+            x[:, 0].sum(),
+            torch.select_scatter(x, x[:, 0] * 3, 1, -1),  # written at the end
+        ),
         lambda n: (torch.randn(n, n + 1, device=device),),
         sizes=(2, 5, 9),
     )
