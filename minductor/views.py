@@ -204,9 +204,9 @@ def select(x, dim, index):
     dim = _dim(dim, len(size))
     if isinstance(index, int) and index < 0:  # from the end: size - 1 for -1, say,
         index = index + size[dim]  # which may be a symbol (`x[:, -1]`, dynamic=True)
+    at = sympy.sympify(index)
 
     def reindex(view_index):
-        at = sympy.sympify(index)
         return list(view_index[:dim]) + [at] + list(view_index[dim:])
 
     return make_view(x, size[:dim] + size[dim + 1 :], reindex)
