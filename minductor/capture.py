@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import TorchDynamoException
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
@@ -104,6 +105,8 @@ def compile_fx(
     example_inputs: Sequence[Any],
     user_outputs: int | None = None,  # a training forward: how many the caller sees
 ) -> Callable:
+    if any(free_unbacked_symbols(x) for x in example_inputs):
+        return _eager(gm, "an input's size depends on the data")
     shape_env = _shape_env(example_inputs)
     try:
         return _compile(gm, example_inputs, shape_env, _user_visible(user_outputs))
@@ -171,6 +174,8 @@ class GraphInfo:
 graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 19)
 graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
+# each may compile a graph in pieces instead; None leaves it whole (ch. 19)
+graph_splitters: list[Callable[[GraphInfo], Callable | None]] = []
 # each rewrites an ATen graph in place right before it is lowered (ch. 10, 11 add one)
 aten_passes: list[Callable[[torch.fx.GraphModule], None]] = []
 
@@ -180,9 +185,13 @@ def _with_settings(
 ) -> Callable:
     def compile_with_settings(gm, example_inputs):
         with config.patch(changes):
+            info = GraphInfo(gm, example_inputs, kind, shared)
+            for split in graph_splitters:
+                if (pieces := split(info)) is not None:
+                    return pieces
             compiled = compiler(gm, example_inputs)
             for wrap in graph_wrappers:
-                compiled = wrap(compiled, GraphInfo(gm, example_inputs, kind, shared))
+                compiled = wrap(compiled, info)
             return compiled
 
     return compile_with_settings

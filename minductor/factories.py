@@ -8,6 +8,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
+from minductor.capture import aten_passes
 from minductor.ir import (
     Buffer,
     FallbackKernel,
@@ -293,3 +294,79 @@ def rand(graph, size, *, generator=None, dtype=None, device=None, **ignored):
 @register_lowering(aten.randn.default, aten.randn.generator, graph=True)
 def randn(graph, size, *, generator=None, dtype=None, device=None, **ignored):
     return _random(graph, "randn", size, dtype, device, generator)
+
+
+def _region(gm: torch.fx.GraphModule, copy: torch.fx.Node) -> list | None:
+    """What a copy's CPU source is made from, if it is made from arguments and
+    constants alone and read nowhere else; None if not."""
+    device = copy.kwargs["device"]
+    found: dict[torch.fx.Node, None] = {}
+    todo = [copy.args[0]]
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+        elif node.op == "call_function":
+            value = node.meta.get("val")
+        else:
+            return None  # an input
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            return None
+        tags = getattr(node.target, "tags", ())
+        if torch.Tag.nondeterministic_seeded in tags:
+            return None  # the CPU's generator is eager's
+        found[node] = None
+        todo += node.all_input_nodes
+    for node in found:
+        for user in node.users:
+            to_device = (
+                user.target is aten._to_copy.default
+                and user.kwargs.get("device") == device
+            )
+            if user not in found and not to_device:
+                return None
+    return list(found)
+
+
+def _move(gm: torch.fx.GraphModule, region: list[torch.fx.Node], device) -> None:
+    for node in region:
+        if node.op == "get_attr":  # a constant: copied to the device once, here
+            name = f"{node.target}_on_{device.type}"
+            setattr(gm, name, getattr(gm, node.target).to(device))
+            node.target = name
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None and any(a.name == "device" for a in schema.arguments):
+            node.kwargs = {**node.kwargs, "device": device}
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            node.meta["val"] = node.meta["val"].to(device)
+
+
+def build_on_the_device(gm: torch.fx.GraphModule) -> None:
+    """Tensors made on the CPU only to be copied to a device: made on the device."""
+    graph = gm.graph
+    for copy in list(graph.find_nodes(op="call_function", target=aten._to_copy.default)):
+        device = copy.kwargs.get("device")
+        source = copy.args[0]
+        if device is None or torch.device(device).type == "cpu":
+            continue
+        value = source.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            continue
+        region = _region(gm, copy)
+        if region is None:
+            continue
+        _move(gm, region, torch.device(device))
+        for user in list(source.users):  # the copies: now within one device
+            kept = {k: v for k, v in user.kwargs.items() if k != "device"}
+            if user.target is aten._to_copy.default and kept.get("dtype") in (
+                None, value.dtype,
+            ) and not set(kept) - {"dtype", "layout"}:  # fmt: skip
+                user.replace_all_uses_with(source)
+                graph.erase_node(user)
+    graph.eliminate_dead_code()
+    gm.recompile()
+
+
+aten_passes.append(build_on_the_device)

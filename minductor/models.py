@@ -139,6 +139,15 @@ MODELS = [
         | dict(B=4, T=512),
         dict(TINY, kv_heads=2),
     ),
+    ModelSpec(  # Qwen2-0.5B's layers (biased q/k/v, 14 heads over 2), 6 of its 24
+        "qwen2",
+        "transformers",
+        transformer("Qwen2ForCausalLM", "Qwen2Config", HF, use_cache=False),
+        text,
+        dict(layers=6, hidden=896, heads=14, kv_heads=2, ffn=4864, vocab=151936)
+        | dict(B=4, T=512),
+        dict(TINY, kv_heads=2),
+    ),
     ModelSpec(  # t5-small's widths, 4 encoder and 4 decoder layers
         "t5",
         "transformers",
@@ -177,6 +186,7 @@ MODELS += [
         ("resnet18", {}),
         ("resnet50", {}),
         ("mobilenet_v3_large", dict(dropout=0.0)),
+        ("efficientnet_b0", dict(dropout=0.0, stochastic_depth_prob=0.0)),
         ("convnext_tiny", dict(stochastic_depth_prob=0.0)),
     ]
 ]

@@ -205,7 +205,7 @@ def test_flags():
     assert graphed.compile_mode == "reduce-overhead"
     assert [m.name for m in select(["bert"])] == ["bert"]  # a name: that model only
     assert [m.name for m in select(["resnet"])] == ["resnet18", "resnet50"]
-    assert len(select(None)) == 10
+    assert len(select(None)) == 12
     bad_flags = (["--backends", "tvm"], ["--models", "alexnet"], ["--mode", "train"])
     for bad in (*bad_flags, ["--compile-mode", "fast"]):
         with pytest.raises(SystemExit):

@@ -6,13 +6,18 @@ Four workloads, each where the host sets the pace:
       inference;
   (c) the model suite's GPT-2 (124M, Hugging Face, random weights), bfloat16, batch 1,
       128 tokens, inference;
-  (d) one training step of (b): forward, backward, an SGD step.
+  (d) one training step of (b): forward, backward, an SGD step;
+  (e) the block of (b) building its causal mask on the CPU and moving it to the GPU
+      every call (chapter 8 builds it on the GPU instead);
+  (f) the block of (b) given its mask as a CPU tensor and moving it to the GPU every
+      call, an op no CUDA graph can hold: minductor splits the graph around it (and is
+      also timed with the split off, when the whole graph runs plain).
 Backends: eager, Inductor (default and mode="reduce-overhead"), minductor (default and
 mode="reduce-overhead"). Each is checked against eager before it is timed. The host's
 speed drifts, so all backends of a workload are compiled first and then timed in turns:
 ROUNDS rounds of N calls each, the order reversed every round, the median round kept.
 Prints a markdown table. Run on a GPU:
-    PYTHONPATH=$PWD python tools/cudagraph_bench.py [--calls N]
+    PYTHONPATH=$PWD python tools/cudagraph_bench.py [--calls N] [--only chain,block,...]
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ BACKENDS = [
     ("minductor", "minductor", "default"),
     ("minductor", "minductor", "reduce-overhead"),
 ]
+SPLIT_BACKENDS = [*BACKENDS, ("minductor", "minductor", "no-split")]
+WORKLOADS = ("chain", "block", "gpt2", "train", "cpu-mask", "cpu-input")
 
 
 def tiny_chain(x):
@@ -70,12 +77,34 @@ class Block(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+class CPUMaskBlock(Block):
+    """The block, its mask made on the CPU (or given there) and moved each call."""
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (
+            t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)
+        )
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        if mask is None:
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = mask.to(x.device)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
 ROUNDS = 6
 
 
 def make_fn(backend, mode, fn):
     if backend is None:
         return fn
+    if mode == "no-split":
+        options = {"cudagraphs": True, "cudagraph_split": False}
+        return torch.compile(fn, backend=backend, options=options)
     return torch.compile(fn, backend=backend, mode=mode)
 
 
@@ -104,10 +133,10 @@ def max_error(got, want) -> float:
     return (got.float() - want.float()).abs().max().item()
 
 
-def bench_inference(name, fn, x, calls, rows):
+def bench_inference(name, fn, x, calls, rows, backends=BACKENDS):
     want = fn(x)
     steps, errors = {}, {}
-    for label, backend, mode in BACKENDS:
+    for label, backend, mode in backends:
         compiled = make_fn(backend, mode, fn)
         with torch.no_grad():
             outs = [compiled(x).clone() for _ in range(3)]  # warm-up, record, replay
@@ -179,27 +208,43 @@ def _train_once(model, compiled, x):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads to run")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     assert torch.cuda.is_available(), "this benchmark needs a CUDA GPU"
     torch.manual_seed(0)
     # every backend's compiled code stays alive for the turns: one cache entry each
     torch._dynamo.config.recompile_limit = 64
     rows: list[tuple] = []
-    bench_inference(
-        "tiny-op chain, 64x64",
-        tiny_chain,
-        torch.randn(64, 64, device="cuda"),
-        args.calls,
-        rows,
-    )
+    if "chain" in only:
+        x = torch.randn(64, 64, device="cuda")
+        bench_inference("tiny-op chain, 64x64", tiny_chain, x, args.calls, rows)
     block = Block().cuda()
     x = torch.randn(1, 128, 768, device="cuda")
-    torch._dynamo.reset()
-    bench_inference("GPT-2 block, inference", block, x, args.calls, rows)
-    torch._dynamo.reset()
-    bench_gpt2(args.calls, rows)
-    torch._dynamo.reset()
-    bench_training("GPT-2 block, training step", block, x, args.calls, rows)
+    if "block" in only:
+        torch._dynamo.reset()
+        bench_inference("GPT-2 block, inference", block, x, args.calls, rows)
+    if "gpt2" in only:
+        torch._dynamo.reset()
+        bench_gpt2(args.calls, rows)
+    if "train" in only:
+        torch._dynamo.reset()
+        bench_training("GPT-2 block, training step", block, x, args.calls, rows)
+    if "cpu-mask" in only:
+        torch._dynamo.reset()
+        masked = CPUMaskBlock().cuda()
+        masked.load_state_dict(block.state_dict())
+        name = "GPT-2 block, mask made on the CPU, inference"
+        bench_inference(name, masked, x, args.calls, rows)
+    if "cpu-input" in only:
+        torch._dynamo.reset()
+        given = CPUMaskBlock().cuda()
+        given.load_state_dict(block.state_dict())
+        mask = torch.ones(128, 128, dtype=torch.bool).tril()  # on the CPU
+        name = "GPT-2 block, mask given on the CPU, inference"
+        bench_inference(
+            name, lambda x: given(x, mask), x, args.calls, rows, SPLIT_BACKENDS
+        )
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
         f"{ROUNDS} rounds of {args.calls} calls each, in turns; wall time per call "
