@@ -647,14 +647,15 @@ def plan_pieces(gm: torch.fx.GraphModule) -> list[Piece]:
             reason[node], level[node] = reason[made[0]], level[made[0]]
             continue
         reason[node] = why_outside(node)
-        after = [level[p] + (reason[p] is not None and not reason[node]) for p in made]
+        outside = reason[node] is not None
+        after = [level[p] + (outside and reason[p] is None) for p in made]
         level[node] = max(after, default=0)
     groups: dict[tuple[int, bool], list[torch.fx.Node]] = {}
-    for node in level:  # the graph's order
-        groups.setdefault((level[node], reason[node] is not None), []).append(node)
+    for node in level:  # the graph's order; at each level, the outside piece first
+        groups.setdefault((level[node], reason[node] is None), []).append(node)
     pieces = []
-    for (_, outside), nodes in sorted(groups.items(), key=lambda kv: kv[0]):
-        why = next(reason[n] for n in nodes if reason[n]) if outside else None
+    for (_, recorded), nodes in sorted(groups.items()):  # (keys are all different)
+        why = None if recorded else next(reason[n] for n in nodes if reason[n])
         if why is None and not any(_launches(n) for n in nodes):
             why = "launches nothing: views and sizes only"
         pieces.append(Piece(nodes, why))
