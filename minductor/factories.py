@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import sympy
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from minductor.capture import aten_passes
 from minductor.ir import (
@@ -334,7 +335,8 @@ def _move(gm: torch.fx.GraphModule, region: list[torch.fx.Node], device) -> None
     for node in region:
         if node.op == "get_attr":  # a constant: copied to the device once, here
             name = f"{node.target}_on_{device.type}"
-            setattr(gm, name, getattr(gm, node.target).to(device))
+            with unset_fake_temporarily():  # a real copy, inside Dynamo's fake mode
+                setattr(gm, name, getattr(gm, node.target).to(device))
             node.target = name
         schema = getattr(node.target, "_schema", None)
         if schema is not None and any(a.name == "device" for a in schema.arguments):

@@ -632,7 +632,7 @@ POINTWISE_CAT_PIECES = 4  # the most pieces a cat read in place by its users may
 
 
 def is_pointwise_use(node: torch.fx.Node) -> bool:
-    """Whether node is an elementwise ATen op (chapter 12's addmm asks it too)."""
+    """Whether node is an elementwise ATen op (chapter 12's addmm asks)."""
     target = node.target
     return isinstance(target, OpOverload) and torch.Tag.pointwise in target.tags
 
@@ -658,6 +658,18 @@ def _pointwise_cat(tensors, dim, size, dtype, device) -> TensorBox:
     return TensorBox(Pointwise(device, dtype, inner_fn, tuple(size), _origins(tensors)))
 
 
+def _one_kernel_writes(graph, tensors: list[TensorBox]) -> bool:
+    """Whether one body may store a cat that its users read from memory: every piece
+    stored already but at most one, and that one computed for this cat alone."""
+    computed = [t for t in tensors if strided_view(t.data) is None]
+    if len(computed) != 1:
+        return not computed
+    node = graph.current_node
+    pieces = node.args[0] if node is not None else ()
+    made = [p for p in pieces if graph.env.get(p) is computed[0]]
+    return bool(made) and all(len(p.users) == 1 for p in made)
+
+
 @register_lowering(aten.cat, graph=True)
 def cat(graph, tensors, dim=0):
     dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
@@ -669,11 +681,9 @@ def cat(graph, tensors, dim=0):
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"cat of {dtype}")
     users = graph.current_node.users if graph.current_node is not None else {}
-    if (
-        1 < len(tensors) <= POINTWISE_CAT_PIECES
-        and users
-        and all(map(is_pointwise_use, users))
-        and product(size) != 0
+    read_in_place = users and all(map(is_pointwise_use, users))
+    if 1 < len(tensors) <= POINTWISE_CAT_PIECES and product(size) != 0 and (
+        read_in_place or _one_kernel_writes(graph, tensors)
     ):
         return _pointwise_cat(tensors, dim, size, dtype, device)
     layout = FixedLayout.contiguous(device, dtype, size)

@@ -138,3 +138,13 @@ def check(fn, *args, tol=1e-6):
     for got, expected in zip(evaluate(graph, args), fn(*args), strict=True):
         assert_same(got, expected, tol)
     return graph
+
+
+def log_messages(caplog) -> list[str]:
+    """Every message pytest's caplog caught."""
+    return [r.getMessage() for r in caplog.records]
+
+
+def said(caplog, text: str) -> int:
+    """How many caught messages contain text."""
+    return sum(text in m for m in log_messages(caplog))

@@ -7,6 +7,7 @@ standing for the GPU; the values, against eager, on a GPU (tests marked cuda).
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (registers the backend)
@@ -93,9 +94,12 @@ def test_a_constant_is_copied_once_at_compile_time():
     gm = torch.fx.GraphModule(root, graph)
     c.meta["val"] = root.c
     moved.meta["val"] = root.c.to("meta")
-    build_on_the_device(gm)
+    with FakeTensorMode(allow_non_fake_inputs=True):  # as when Dynamo compiles
+        build_on_the_device(gm)
     (const,) = [n for n in gm.graph.nodes if n.op == "get_attr"]
-    assert getattr(gm, const.target).device.type == "meta"
+    moved_constant = getattr(gm, const.target)
+    assert moved_constant.device.type == "meta"
+    assert not isinstance(moved_constant, FakeTensor)  # a real copy, made once
     assert not [n for n in gm.graph.nodes if n.target is torch.ops.aten._to_copy.default]
 
 

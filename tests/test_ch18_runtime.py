@@ -507,18 +507,24 @@ def _wrapper_for(fn, *args):
     return wrapper
 
 
+def _in_slots(first, second, x):
+    """A cat of five pieces, each written into its slot of one buffer (a cat of fewer
+    is one kernel); the second piece 7 floats in: not aligned."""
+    rest = [x[1, :2].cos(), x[2, :2].tanh(), x[3, :2].neg()]
+    return torch.cat([first, second, *rest])
+
+
 def test_warm_ups_name_each_launch_with_its_dtypes_alignment_and_sizes():
     def f(x, n, i):
         y = x.sum(-1) + n[1:].float()
-        # the cat's second piece is written 7 floats into its buffer: not aligned
-        return torch.cat([y.exp(), x[0, :5].sin()]), (i * 2) == 4
+        return _in_slots(y.exp(), x[0, :5].sin(), x), (i * 2) == 4
 
     x, n, i = torch.randn(7, 33), torch.arange(8, dtype=torch.int32), torch.arange(6)
     wrapper = _wrapper_for(f, x, n, i)
     warm_ups = wrapper.warm_ups()
     kernels = {line.kernel_name for line in wrapper.lines if hasattr(line, "kernel")}
     assert {w.kernel for w in warm_ups} == kernels  # static sizes: every kernel
-    assert len(warm_ups) == len(kernels) == 3
+    assert len(warm_ups) == len(kernels) == 4  # the three 2-float pieces: one kernel
     by_sizes = {w.sizes: w for w in warm_ups}
     reduction = by_sizes[(7, 33)]  # xnumel, then rnumel
     assert "RBLOCK" in dict(reduction.blocks) and "num_warps" in dict(reduction.blocks)
@@ -528,7 +534,7 @@ def test_warm_ups_name_each_launch_with_its_dtypes_alignment_and_sizes():
     assert sin.buffers[-1] == (torch.float32, False)  # 28 bytes into the cat
     # each warm-up names the site its launch uses
     sites = {line.site for line in wrapper.lines if hasattr(line, "kernel")}
-    assert {w.site for w in warm_ups} == sites and len(sites) == 3
+    assert {w.site for w in warm_ups} == sites and len(sites) == 4
 
 
 def test_a_site_checks_what_call_did_not_allocate_aligned():
@@ -537,7 +543,7 @@ def test_a_site_checks_what_call_did_not_allocate_aligned():
         z = torch.lgamma(y)  # a fallback's result: checked
         # the cat's first piece is at offset 0 of memory call allocates: not checked;
         # the second, 7 floats in, is
-        return torch.cat([z.exp(), x[0, :5].sin()])
+        return _in_slots(z.exp(), x[0, :5].sin(), x)
 
     x, n = torch.randn(7, 33), torch.arange(8, dtype=torch.int32)
     wrapper = _wrapper_for(f, x, n)
@@ -548,7 +554,7 @@ def test_a_site_checks_what_call_did_not_allocate_aligned():
             checked[line.kernel_name] = {args[i] for i in line.check}
     inputs = set(wrapper.graph.graph_input_names)
     (fallback,) = [b.name for b in wrapper.graph.buffers if "lgamma" in str(b)]
-    (reduction, exp, sin) = checked  # in launch order
+    (reduction, exp, sin, *_) = checked  # in launch order
     assert checked[reduction] == inputs  # x and n, not the buffer it writes
     assert checked[exp] == {fallback}
     sin_args = next(ln for ln in wrapper.lines if getattr(ln, "kernel_name", "") == sin)

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from helpers import said
+
 import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import graph_wrappers
 from minductor.cudagraphs import (
@@ -55,14 +57,6 @@ def graphed():
             del RECORDERS["cpu"]
         cudagraph_trees.MarkStepBox.mark_step_counter = 0
         torch._dynamo.reset()
-
-
-def _messages(caplog):
-    return [r.getMessage() for r in caplog.records]
-
-
-def _said(caplog, text):
-    return sum(text in m for m in _messages(caplog))
 
 
 def _assert_invalidated(t):
@@ -164,8 +158,8 @@ def test_cpu_graphs_are_skipped_without_a_recorder(caplog):
         compiled = torch.compile(_f, backend="minductor", mode="reduce-overhead")
         for _ in range(3):
             torch.testing.assert_close(compiled(x), _f(x))
-    assert _said(caplog, "skipping the inference of function") == 1
-    assert _said(caplog, "cpu tensors: a CUDA graph records GPU work") == 1
+    assert said(caplog, "skipping the inference of function") == 1
+    assert said(caplog, "cpu tensors: a CUDA graph records GPU work") == 1
 
 
 # ---- the life of a wrapped graph ----------------------------------------------------
@@ -177,9 +171,9 @@ def test_warm_up_record_replay(graphed, caplog):
         for _ in range(5):
             x = torch.randn(33, 65, device=DEVICE)
             torch.testing.assert_close(compiled(x), _f(x))
-    assert _said(caplog, "warm-up of inference of function") == 1
-    assert _said(caplog, "recording inference of function") == 1
-    assert _said(caplog, "replay of inference of function") == 3
+    assert said(caplog, "warm-up of inference of function") == 1
+    assert said(caplog, "recording inference of function") == 1
+    assert said(caplog, "replay of inference of function") == 3
     (wrapped,) = graphed
     (recording,) = wrapped.recordings.values()
     assert [p is not None for p in recording.placeholders] == [True]
@@ -269,7 +263,7 @@ def test_mark_step_begin(graphed, caplog):
     torch.testing.assert_close(yc, _f(b))
     torch.testing.assert_close(yb, _f(b))  # plain launches: its own memory
     _assert_invalidated(ya)
-    assert _said(caplog, "plain launches for inference") == 1
+    assert said(caplog, "plain launches for inference") == 1
 
 
 def _mlp(lin1, lin2):
@@ -320,7 +314,7 @@ def test_two_forwards_before_one_backward(graphed, caplog):
             lin1.zero_grad(set_to_none=True)
             (step(x1) + step(x2)).backward()
             torch.testing.assert_close(got, lin1.weight.grad)
-    assert _said(caplog, "a backward is pending") >= 1
+    assert said(caplog, "a backward is pending") >= 1
 
 
 def test_mutated_input_is_skipped_and_still_right(graphed, caplog):
@@ -335,7 +329,7 @@ def test_mutated_input_is_skipped_and_still_right(graphed, caplog):
             expected = x * 2 + 2
             torch.testing.assert_close(compiled(x), expected)
             torch.testing.assert_close(x * 2, expected)  # x itself was updated
-    assert _said(caplog, "mutates input 0, which is copied") == 1
+    assert said(caplog, "mutates input 0, which is copied") == 1
     assert graphed == []
 
 
@@ -378,7 +372,7 @@ def test_one_recording_per_shape_then_plain(graphed, caplog):
             torch.testing.assert_close(compiled(x), _f(x))
     (wrapped,) = graphed
     assert len(wrapped.recordings) == 1
-    assert _said(caplog, "1 recordings made, one per input shape or static input address") == 1
+    assert said(caplog, "1 recordings made, one per input shape or static input address") == 1
 
 
 def test_a_recording_per_shape(graphed):
@@ -420,11 +414,11 @@ def test_a_new_static_cache_per_generate_reuses_or_replaces_recordings(
                 torch.testing.assert_close(cache, expected)
             if hold:  # the caller keeps every cache: each is a new address
                 old.append(cache)
-    assert _said(caplog, "plain launches") == (1 if hold else 0)
+    assert said(caplog, "plain launches") == (1 if hold else 0)
     (wrapped,) = graphed
     if hold:
         assert len(wrapped.recordings) == 8  # config.cudagraph_max_recordings
-        assert _said(caplog, "recordings dropped") == 0
+        assert said(caplog, "recordings dropped") == 0
     else:  # a freed cache's recording is reused at its address, or dropped
         assert len(wrapped.recordings) <= 2
         last = [r for r in wrapped.recordings.values() if cache.data_ptr() in r.held]

@@ -14,6 +14,8 @@ import torch
 from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from helpers import said
+
 import minductor  # noqa: F401  (registers the backend)
 from minductor import cudagraphs
 from minductor.capture import graph_splitters
@@ -60,14 +62,6 @@ def splits(stand_in, monkeypatch):
         yield found
     cudagraph_trees.MarkStepBox.mark_step_counter = 0
     torch._dynamo.reset()
-
-
-def _messages(caplog):
-    return [r.getMessage() for r in caplog.records]
-
-
-def _said(caplog, text):
-    return sum(text in m for m in _messages(caplog))
 
 
 def _plan(fn, *inputs):
@@ -211,8 +205,8 @@ def test_nonzero_splits_and_the_rest_replays(splits, caplog):
     (graphed,) = [run.__self__ for run, *_ in split.steps if hasattr(run, "__self__")]
     assert isinstance(graphed, CUDAGraphed) and len(graphed.recordings) == 1
     # Dynamo's graph checks the count on the host too: those checks are outside
-    assert _said(caplog, "pieces, 1 recorded; outside: aten.nonzero") == 1
-    assert _said(caplog, "recording inference of function") == 1
+    assert said(caplog, "pieces, 1 recorded; outside: aten.nonzero") == 1
+    assert said(caplog, "recording inference of function") == 1
 
 
 def test_a_number_from_item_is_read_outside(splits, caplog):
@@ -223,7 +217,7 @@ def test_a_number_from_item_is_read_outside(splits, caplog):
             for got, want in zip(compiled(x, w), chain(x, w)):
                 torch.testing.assert_close(got, want)
     assert len(splits) == 1
-    assert _said(caplog, "_local_scalar_dense") >= 1
+    assert said(caplog, "_local_scalar_dense") >= 1
 
 
 def test_after_a_data_dependent_size_the_piece_runs_with_aten(splits, caplog):
@@ -237,8 +231,8 @@ def test_after_a_data_dependent_size_the_piece_runs_with_aten(splits, caplog):
             x = torch.randn(5, 7, device=DEVICE)
             for got, want in zip(compiled(x), f(x)):
                 torch.testing.assert_close(got, want)
-    assert _said(caplog, "an input's size depends on the data") == 1
-    assert _said(caplog, "piece 2: the graph runs with ATen") == 1
+    assert said(caplog, "an input's size depends on the data") == 1
+    assert said(caplog, "piece 2: the graph runs with ATen") == 1
 
 
 def test_training_through_a_split_forward(splits):
@@ -273,7 +267,7 @@ def test_without_splitting_the_whole_graph_is_skipped(splits, caplog):
         for got, want in zip(compiled(x), picks(x)):
             torch.testing.assert_close(got, want)
     assert splits == []
-    assert _said(caplog, "skipping the inference of function") == 1
+    assert said(caplog, "skipping the inference of function") == 1
 
 
 # ---- on a GPU only: CPU ops in a GPU graph ------------------------------------------
@@ -294,7 +288,7 @@ def test_cuda_a_cpu_input_moved_in_the_graph_is_outside(splits, caplog):
     (split,) = splits  # the copy first, then all the GPU work in one recording
     graphed = [run.__self__ for run, *_ in split.steps if hasattr(run, "__self__")]
     assert [len(g.recordings) for g in graphed] == [1]
-    assert _said(caplog, "cpu tensors") >= 1
+    assert said(caplog, "cpu tensors") >= 1
 
 
 @pytest.mark.cuda

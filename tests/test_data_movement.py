@@ -51,13 +51,13 @@ def test_pointwise_cat_of_mixed_dtypes_and_sizes_matches_eager(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_cat_with_many_pieces_or_a_reducing_user_is_written_into_one_buffer(device):
+def test_a_cat_with_many_pieces_is_written_into_one_buffer(device):
     xs = [torch.randn(2, k + 1, device=device) for k in range(5)]
 
     def many(*xs):  # five pieces: copies into slices, then the sin reads the buffer
         return torch.cat(xs, 1).sin()
 
-    def reduced(x, y):  # a sum is no pointwise user
+    def reduced(x, y):  # two pieces: the sum reads them where they are
         return torch.cat([x, y], 1).sum(1)
 
     out, graphs = compiled(many, *xs)
@@ -65,7 +65,7 @@ def test_a_cat_with_many_pieces_or_a_reducing_user_is_written_into_one_buffer(de
     assert "cat([" in graphs[0].source  # the comment of a cat written in place
     out, graphs = compiled(reduced, xs[0], xs[1])
     torch.testing.assert_close(out, reduced(xs[0], xs[1]))
-    assert "cat([" in graphs[0].source
+    assert "cat([" not in graphs[0].source and len(graphs[0].kernel_names) == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -75,10 +75,37 @@ def test_cat_of_two_pointwise_results_writes_one_buffer(device):
     torch.testing.assert_close(out, torch.cat([x + 1, y * 2], 1))
     (graph,) = graphs
     assert graph.fallbacks == []
-    # one allocation (the result); each piece is a strided window into it
+    # two computed pieces: one allocation (the result), a strided window per piece
     assert len(re.findall(r"= empty_strided\w*\(", graph.source)) == 1
     assert graph.source.count("reinterpret_tensor(") == 2
     assert len(graph.kernel_names) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_stored_piece_and_one_computed_piece_are_one_kernel(device):
+    x, y = torch.randn(4, 6, device=device), torch.randn(4, 5, device=device)
+    out, graphs = compiled(lambda x, y: torch.cat([x, y * 2], 1), x, y)
+    torch.testing.assert_close(out, torch.cat([x, y * 2], 1))
+    (graph,) = graphs
+    assert graph.source.count("reinterpret_tensor(") == 0
+    assert len(graph.kernel_names) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_growing_cache_is_one_kernel_per_cat(device):
+    """cat([past, new], 2) read by attention and returned: stored by one kernel."""
+    past = torch.randn(1, 2, 5, 8, device=device)
+    new = torch.randn(1, 2, 1, 8, device=device)
+    q = torch.randn(1, 2, 1, 8, device=device)
+
+    def step(q, past, new):
+        k = torch.cat([past, new * 2], dim=2)
+        return q @ k.transpose(-1, -2), k
+
+    out, graphs = compiled(step, q, past, new)
+    for got, want in zip(out, step(q, past, new)):
+        torch.testing.assert_close(got, want)
+    assert len(graphs[0].kernel_names) == 1
 
 
 CAT_CASES = {
@@ -330,3 +357,17 @@ def test_diagonal_scatter(device, offset):
     assert fallbacks == []
     src2 = torch.randn_like(torch.diagonal(x, offset, 2, 0))
     run(lambda x, s: torch.diagonal_scatter(x, s, offset, 2, 0), x, src2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_computed_piece_read_elsewhere_too_is_written_into_its_slot(device):
+    x, y = torch.randn(4, 6, device=device), torch.randn(4, 5, device=device)
+
+    def f(x, y):
+        z = y * 2  # read by the cat and by the sine: a body in one kernel would not do
+        return torch.cat([x, z], 1).sum(1), z.sin()
+
+    out, graphs = compiled(f, x, y)
+    for got, want in zip(out, f(x, y)):
+        torch.testing.assert_close(got, want)
+    assert "cat([" in graphs[0].source  # the pieces written into slots
