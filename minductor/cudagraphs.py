@@ -739,12 +739,14 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
     if all(p.reason for p in pieces) or not any(p.reason for p in pieces):
         return None  # recorded whole, or not at all: cudagraphify decides and says
     number = info.shared.setdefault("cudagraph_number", next(_numbers))
-    device = next(iter(_devices(info) & RECORDERS.keys()), "cuda")
-    pool = info.shared.setdefault("cudagraph_pool", CUDAGraphPool(device, number))
+    if "cudagraph_pool" not in info.shared:  # the forward's, for its backward too
+        device = next(iter(_devices(info) & RECORDERS.keys()), "cuda")
+        info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
+    pool = info.shared["cudagraph_pool"]
     inputs = list(gm.graph.find_nodes(op="placeholder"))
     static = {inputs[i] for i in static_input_idxs(info)}
-    stable = set()  # made by a recorded piece: static while in the pool's memory
-    if info.kind == "backward":  # candidates, as in cudagraphify
+    stable = set()  # static while in the pool's memory: a backward's candidates
+    if info.kind == "backward":  # as in cudagraphify
         static, stable = set(), static
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = list(pytree.arg_tree_leaves(*output.args))
@@ -766,7 +768,6 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
         runs.append((run, piece))
         reported.update(zip(piece.outputs, strides or ()))
         recorded += isinstance(getattr(run, "__self__", None), CUDAGraphed)
-        stable |= set(piece.outputs)
     context = TracingContext.try_get()
     if getattr(context, "output_strides", None) is not None:  # a forward's
         context.output_strides.extend(reported.get(o) for o in outputs)

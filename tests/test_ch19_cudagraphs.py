@@ -13,10 +13,9 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import said
 from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
-
-from helpers import said
 
 import minductor  # noqa: F401  (registers the backend)
 from minductor.capture import graph_wrappers
@@ -372,7 +371,8 @@ def test_one_recording_per_shape_then_plain(graphed, caplog):
             torch.testing.assert_close(compiled(x), _f(x))
     (wrapped,) = graphed
     assert len(wrapped.recordings) == 1
-    assert said(caplog, "1 recordings made, one per input shape or static input address") == 1
+    made = "1 recordings made, one per input shape or static input address"
+    assert said(caplog, made) == 1
 
 
 def test_a_recording_per_shape(graphed):

@@ -11,10 +11,9 @@ import logging
 
 import pytest
 import torch
+from helpers import said
 from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
-
-from helpers import said
 
 import minductor  # noqa: F401  (registers the backend)
 from minductor import cudagraphs
@@ -218,6 +217,27 @@ def test_a_number_from_item_is_read_outside(splits, caplog):
                 torch.testing.assert_close(got, want)
     assert len(splits) == 1
     assert said(caplog, "_local_scalar_dense") >= 1
+
+
+def test_pieces_record_in_the_order_they_run(splits, caplog):
+    """The second recorded piece reads the first's output and a value made outside:
+    both record in the same call, so every later call replays both."""
+
+    def f(x, w):
+        n = (x > 0).sum().item()
+        h = torch.tanh(x @ w)
+        return h * n + h
+
+    compiled = torch.compile(f, backend="minductor", mode="reduce-overhead")
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        for _ in range(5):
+            x, w = torch.randn(6, 5, device=DEVICE), torch.randn(5, 3, device=DEVICE)
+            torch.testing.assert_close(compiled(x, w), f(x, w))
+    (split,) = splits
+    graphed = [run.__self__ for run, *_ in split.steps if hasattr(run, "__self__")]
+    assert len(graphed) == 2 and all(len(g.recordings) == 1 for g in graphed)
+    assert said(caplog, "plain launches") == 0
+    assert said(caplog, "replay of inference") == 2 * 3  # calls 3 to 5, both pieces
 
 
 def test_after_a_data_dependent_size_the_piece_runs_with_aten(splits, caplog):
