@@ -49,6 +49,17 @@ def _nbytes(x: Any) -> int:
     return n if isinstance(n, int) else 0
 
 
+def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The arguments node writes into (copy_ into an input, index_put_)."""
+    schema = getattr(node.target, "_schema", None)
+    return [
+        arg
+        for arg, declared in zip(node.args, schema.arguments if schema else ())
+        if declared.alias_info and declared.alias_info.is_write
+        and isinstance(arg, torch.fx.Node)
+    ]
+
+
 def graph_facts(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -66,10 +77,9 @@ def graph_facts(
         if node.op != "call_function":
             continue
         ops.add(getattr(node.target, "overloadpacket", node.target))
-        schema = getattr(node.target, "_schema", None)
-        for arg, declared in zip(node.args, schema.arguments if schema else ()):
-            if declared.alias_info and declared.alias_info.is_write and arg in position:
-                mutated.add(position[arg])  # copy_(input, new), or add_(input, 1)
+        for arg in _written(node):  # copy_(input, new), or add_(input, 1)
+            if arg in position:
+                mutated.add(position[arg])
     devices |= {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     broadcast = {
         i
@@ -547,12 +557,27 @@ def _devices(info: GraphInfo) -> set[str]:
 _numbers = itertools.count()
 
 
+def _shared_pool(info: GraphInfo, number: int, device: str) -> CUDAGraphPool:
+    """The pool of this Dynamo graph: made by its forward, shared by its backward."""
+    if "cudagraph_pool" not in info.shared:
+        info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
+    return info.shared["cudagraph_pool"]
+
+
+def _static_and_stable(info: GraphInfo) -> tuple[frozenset[int], frozenset[int]]:
+    """Inputs static always, and inputs static while in the pool's memory: a
+    backward's candidates are the second kind."""
+    static = static_input_idxs(info)
+    if info.kind == "backward":
+        return frozenset(), static
+    return static, frozenset()
+
+
 def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
     if not config.cudagraphs:
         return compiled
-    static = static_input_idxs(info)
     facts = graph_facts(
-        info.gm, info.example_inputs, info.kind, static,
+        info.gm, info.example_inputs, info.kind, static_input_idxs(info),
         isinstance(compiled, CompiledGraph),
     )
     reason = skip_reason(facts)
@@ -563,13 +588,10 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
             info.kind, number, reason,
         )
         return compiled
-    if "cudagraph_pool" not in info.shared:
-        device = next(iter(facts.devices), "cuda")
-        info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
-    pool, mutates = info.shared["cudagraph_pool"], bool(facts.mutated_inputs)
-    if info.kind == "backward":  # its candidates are static once they are stable
-        return CUDAGraphed(compiled, info, pool, frozenset(), mutates, if_stable=static)
-    return CUDAGraphed(compiled, info, pool, static, mutates)
+    pool = _shared_pool(info, number, next(iter(facts.devices), "cuda"))
+    static, if_stable = _static_and_stable(info)
+    mutates = bool(facts.mutated_inputs)
+    return CUDAGraphed(compiled, info, pool, static, mutates, if_stable)
 
 
 graph_wrappers.append(cudagraphify)
@@ -620,17 +642,6 @@ def _readers(value: torch.fx.Node) -> list[torch.fx.Node]:
         if getattr(user.target, "is_view", False):
             found += _readers(user)
     return found
-
-
-def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The arguments node writes into (copy_ into an input, index_put_)."""
-    schema = getattr(node.target, "_schema", None)
-    return [
-        arg
-        for arg, declared in zip(node.args, schema.arguments if schema else ())
-        if declared.alias_info and declared.alias_info.is_write
-        and isinstance(arg, torch.fx.Node)
-    ]
 
 
 def plan_pieces(gm: torch.fx.GraphModule) -> list[Piece]:
@@ -739,15 +750,10 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
     if all(p.reason for p in pieces) or not any(p.reason for p in pieces):
         return None  # recorded whole, or not at all: cudagraphify decides and says
     number = info.shared.setdefault("cudagraph_number", next(_numbers))
-    if "cudagraph_pool" not in info.shared:  # the forward's, for its backward too
-        device = next(iter(_devices(info) & RECORDERS.keys()), "cuda")
-        info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
-    pool = info.shared["cudagraph_pool"]
+    device = next(iter(_devices(info) & RECORDERS.keys()), "cuda")
+    pool = _shared_pool(info, number, device)
     inputs = list(gm.graph.find_nodes(op="placeholder"))
-    static = {inputs[i] for i in static_input_idxs(info)}
-    stable = set()  # static while in the pool's memory: a backward's candidates
-    if info.kind == "backward":  # as in cudagraphify
-        static, stable = set(), static
+    static, stable = ({inputs[i] for i in at} for at in _static_and_stable(info))
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = list(pytree.arg_tree_leaves(*output.args))
     constants = {n: getattr(gm, n.target) for n in gm.graph.find_nodes(op="get_attr")}
