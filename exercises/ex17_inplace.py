@@ -135,7 +135,7 @@ def training_step_backward(batch=300):
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(48, 70), torch.nn.GELU())
-    compile_hooks.append(keep)
+    compile_hooks.register(keep)
     try:
         compiled = torch.compile(model, backend="minductor")
         compiled(torch.randn(batch, 48)).sum().backward()

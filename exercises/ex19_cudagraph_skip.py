@@ -179,7 +179,7 @@ def compile_and_run(fn, x, limit, calls=3):
     saved_level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    graph_wrappers.append(spy)
+    graph_wrappers.register(spy)
     added = DEVICE == "cpu" and "cpu" not in RECORDERS
     if added:
         RECORDERS["cpu"] = SimulatedRecording

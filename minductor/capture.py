@@ -20,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
 from minductor.lowering import CannotCompile, GraphLowering
+from minductor.pipeline import PIPELINE
 from minductor.runtime import interpret_mode, load_module, precompile
 from minductor.scheduler import Scheduler
 from minductor.wrapper import WrapperCodeGen
@@ -47,7 +48,7 @@ class CompiledGraph:
 _observers: list[list[CompiledGraph]] = []
 # called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
 # chapter 20 writes debug folders and logs from here
-compile_hooks: list[Callable[..., None]] = []
+compile_hooks = PIPELINE["compile_hooks"]
 
 
 @contextlib.contextmanager
@@ -169,15 +170,15 @@ class GraphInfo:
     shared: dict[str, Any]  # one per Dynamo graph: its forward and backward share it
 
 
-# each rewrites Dynamo's graph in place before AOTAutograd traces it; gets the graph,
-# its example inputs, and whether a backward will be needed (ch. 12 adds one)
-graph_passes: list[Callable[[torch.fx.GraphModule, Sequence[Any], bool], None]] = []
+# each rewrites Dynamo's graph in place before AOTAutograd traces it: pass(gm,
+# example_inputs, needs_backward) (ch. 12 adds one)
+graph_passes = PIPELINE["graph_passes"]
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 19)
-graph_wrappers: list[Callable[[Callable, GraphInfo], Callable]] = []
+graph_wrappers = PIPELINE["graph_wrappers"]
 # each may compile a graph in pieces instead; None leaves it whole (ch. 19)
-graph_splitters: list[Callable[[GraphInfo], Callable | None]] = []
-# each rewrites an ATen graph in place right before it is lowered (ch. 10, 11 add one)
-aten_passes: list[Callable[[torch.fx.GraphModule], None]] = []
+graph_splitters = PIPELINE["graph_splitters"]
+# each rewrites an ATen graph in place right before it is lowered (ch. 8, 10, 11)
+aten_passes = PIPELINE["aten_passes"]
 
 
 def _with_settings(

@@ -276,5 +276,6 @@ def reduction_lines(
     ]
 
 
-KERNEL_KINDS["per"] = KernelKind(reduction_blocks, reduction_lines)
-KERNEL_KINDS["red"] = KERNEL_KINDS["per"]
+reduction_kind = KernelKind(reduction_blocks, reduction_lines)
+KERNEL_KINDS.register(reduction_kind, chapter=16, name="per")
+KERNEL_KINDS.register(reduction_kind, chapter=16, name="red")

@@ -12,6 +12,7 @@ import torch
 from minductor.config import config
 from minductor.ir import FixedLayout, MutationBuffer
 from minductor.ops import set_handler
+from minductor.pipeline import PIPELINE
 from minductor.scheduler import (
     BaseSchedulerNode,
     MemoryDep,
@@ -447,8 +448,9 @@ class KernelKind:
     lines: Callable[..., list[str]]
 
 
-# kernel kind -> KernelKind: "poi" below; chapter 16 adds "per" and "red"
-KERNEL_KINDS: dict[str, KernelKind] = {}
+# the pipeline's hook of kernel kinds, by name: "poi" below; chapter 16 adds "per"
+# and "red"
+KERNEL_KINDS = PIPELINE["kernel_kinds"]
 
 
 def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
@@ -545,7 +547,8 @@ def pointwise_lines(
     ]
 
 
-KERNEL_KINDS["poi"] = KernelKind(pointwise_blocks, pointwise_lines)
+pointwise_kind = KernelKind(pointwise_blocks, pointwise_lines)
+KERNEL_KINDS.register(pointwise_kind, chapter=15, name="poi")
 
 
 def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:

@@ -511,7 +511,7 @@ def decide_layout_opt(graph) -> bool:
     return chosen
 
 
-layout_decisions.append(decide_layout_opt)
+layout_decisions.register(decide_layout_opt, chapter=13)
 
 
 def channels_last_strides(size) -> tuple[sympy.Expr, ...]:
@@ -653,4 +653,4 @@ def channels_last_rule(graph, body) -> FixedLayout | None:
     return None
 
 
-layout_rules.append(channels_last_rule)
+layout_rules.register(channels_last_rule, chapter=13)

@@ -594,7 +594,7 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
     return CUDAGraphed(compiled, info, pool, static, mutates, if_stable)
 
 
-graph_wrappers.append(cudagraphify)
+graph_wrappers.register(cudagraphify, chapter=19)
 
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -785,4 +785,4 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
     return SplitGraph(runs, inputs, constants, outputs, pool, info.kind)
 
 
-graph_splitters.append(split_for_cudagraphs)
+graph_splitters.register(split_for_cudagraphs, chapter=19)

@@ -203,7 +203,7 @@ def on_compiled(gm, graph, scheduler, wrapper, compiled: CompiledGraph) -> None:
             found.append(report)
 
 
-compile_hooks.append(on_compiled)
+compile_hooks.register(on_compiled, chapter=20)
 
 
 @dataclass

@@ -158,7 +158,7 @@ def _within_padding(graph, x: Buffer, root: Buffer, size) -> Buffer | None:
     return TensorBox(ReinterpretView(root, view)).realize(graph)
 
 
-store_passes.append(store_padded)
+store_passes.register(store_padded, chapter=12)
 
 
 def _window(graph: GraphLowering, copy: Buffer, order: list[int], size) -> Buffer:
@@ -446,4 +446,4 @@ def _erase_unused(node: torch.fx.Node) -> None:
         erased.add(n)
 
 
-graph_passes.append(fold_attention_masks)
+graph_passes.register(fold_attention_masks, chapter=12)

@@ -110,7 +110,7 @@ def store_narrow(graph, n: torch.fx.Node, box: TensorBox) -> bool:
     return True
 
 
-store_passes.append(store_narrow)
+store_passes.register(store_narrow, chapter=8)
 
 
 def _factory(value: int) -> Callable[..., TensorBox]:
@@ -371,4 +371,4 @@ def build_on_the_device(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-aten_passes.append(build_on_the_device)
+aten_passes.register(build_on_the_device, chapter=8)

@@ -443,7 +443,7 @@ def reinplace_inplaceable_ops(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-aten_passes.append(reinplace_inplaceable_ops)
+aten_passes.register(reinplace_inplaceable_ops, chapter=11)
 
 
 class _Loads(NullHandler):

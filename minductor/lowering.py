@@ -32,6 +32,7 @@ from minductor.ir import (
     strided_view,
 )
 from minductor.ops import ops
+from minductor.pipeline import PIPELINE
 from minductor.sizevars import SizeVarAllocator
 
 log = logging.getLogger("minductor")
@@ -39,11 +40,12 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 lowerings: dict[Any, Callable[..., Any]] = {}
-# run on every reduction just before GraphLowering stores it (chapter 10 adds one)
-reduction_passes: list[Callable[[Any, TensorBox], None]] = []
-# other ways to store a value the realize policy stores; each returns whether it stored
-# it (chapter 12 adds one)
-store_passes: list[Callable[[Any, torch.fx.Node, TensorBox], bool]] = []
+# run on every reduction just before GraphLowering stores it, as pass(graph, box)
+# (chapter 10 adds one)
+reduction_passes = PIPELINE["reduction_passes"]
+# other ways to store a value the realize policy stores, as pass(graph, node, box);
+# each returns whether it stored it (chapters 8 and 12 add one)
+store_passes = PIPELINE["store_passes"]
 
 
 class Unsupported(Exception):
@@ -223,9 +225,10 @@ def _dense(size, stride) -> bool:
 
 
 # Hooks for chapter 13, which runs the convolutions of a graph channels-last: a
-# graph's layout decision, and the memory order a value gets when it is realized.
-layout_decisions: list[Callable[[GraphLowering], bool]] = []
-layout_rules: list[Callable[[GraphLowering, Any], FixedLayout | None]] = []
+# graph's layout decision, decide(graph) -> bool, and the memory order a value gets
+# when it is realized, rule(graph, value) -> FixedLayout or None.
+layout_decisions = PIPELINE["layout_decisions"]
+layout_rules = PIPELINE["layout_rules"]
 
 
 class GraphLowering(torch.fx.Interpreter):

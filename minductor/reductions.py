@@ -240,7 +240,7 @@ def split_reduction(graph: GraphLowering, box: TensorBox) -> None:
     )
 
 
-reduction_passes.append(split_reduction)
+reduction_passes.register(split_reduction, chapter=10)
 
 
 def _arg_extremum(reduction_type: str) -> Callable[..., TensorBox]:
@@ -453,7 +453,7 @@ def fuse_softmax_stats(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-aten_passes.append(fuse_softmax_stats)
+aten_passes.register(fuse_softmax_stats, chapter=10)
 
 
 @register_lowering(torch.ops.minductor.softmax_stats, graph=True)

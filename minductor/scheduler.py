@@ -24,6 +24,7 @@ from minductor.ir import (
 )
 from minductor.lowering import GraphLowering
 from minductor.ops import NullHandler, set_handler
+from minductor.pipeline import PIPELINE
 from minductor.sizevars import (
     SimplifiedLoop,
     SizeVarAllocator,
@@ -363,12 +364,12 @@ class FusedSchedulerNode(BaseSchedulerNode):
 
 
 FusionRule = Callable[[BaseSchedulerNode, BaseSchedulerNode], "str | None"]
-fusion_rules: list[FusionRule] = []
+fusion_rules = PIPELINE["fusion_rules"]
 
 
-def register_fusion_rule(rule: FusionRule) -> FusionRule:
-    fusion_rules.append(rule)
-    return rule
+def register_fusion_rule(rule: FusionRule | None = None, *, chapter=None):
+    """Add a rule to the pipeline's fusion_rules (also as a decorator)."""
+    return fusion_rules.register(rule, chapter=chapter)
 
 
 def _numel(node: BaseSchedulerNode) -> str:
@@ -785,7 +786,7 @@ def order_mutations(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
     return ordered
 
 
-@register_fusion_rule
+@register_fusion_rule(chapter=14)
 def reads_where_overwritten(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
     for first, second in ((a, b), (b, a)):
         for m in filter(mutates_input, first.snodes):

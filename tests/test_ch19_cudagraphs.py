@@ -43,7 +43,7 @@ def graphed():
             found.append(compiled)
         return compiled
 
-    graph_wrappers.append(spy)
+    graph_wrappers.register(spy)
     added = DEVICE == "cpu" and "cpu" not in RECORDERS
     if added:
         RECORDERS["cpu"] = SimulatedRecording
