@@ -20,22 +20,23 @@
 #
 # **You will:** let a kernel write its output over a graph input that dies in it, when
 # the caller has promised never to use that input again. You write a version of
-# chapter 15's `inplace_candidates` that accepts such *donated* inputs, and a wrapper
-# that takes the set of donated names and adds their pairs to chapter 17's, without
-# giving away memory it does not own. Then you watch a training step's backward
+# chapter 15's `inplace_candidates` that accepts such *donated* inputs, and a handover
+# for the wrapper that adds their pairs to chapter 18's, without giving away memory it
+# does not own. Then you watch a training step's backward
 # write the gradient of a GELU over the activation its forward saved.
 #
-# **It builds on** chapter 17 (*Wrapper*): `written_over`, which keeps the candidates
-# whose memory is the wrapper's own (never a graph input), `plan`, which writes
-# `buf0 = arg  # reuse` (or a `reinterpret_tensor` of it when the layouts differ)
-# before the kernel, `live_bytes` and `alias_roots`, and the `args.clear()` at the top
-# of `call`; chapter 15 (*Triton kernels*), section "Writing over an input":
+# **It builds on** chapter 18 (*Memory plan*): `written_over`, which keeps the
+# candidates whose memory is the wrapper's own (never a graph input), `live_bytes` and
+# `alias_roots`; chapter 17 (*Wrapper*): `plan`, which asks the pipeline's `handovers`
+# for those pairs and writes `buf0 = arg  # reuse` (or a `reinterpret_tensor` of it
+# when the layouts differ) before the kernel, and the `args.clear()` at the top of
+# `call`; chapter 15 (*Triton kernels*), section "Writing over an input":
 # `inplace_candidates`, `same_memory` and the `in_out_ptr`; chapter 14 (*Scheduler*)
 # for each node's `reads` and `writes`; chapter 1 (*Capture*) for AOTAutograd, which
 # compiles a training step as a forward graph and a backward graph.
 #
 # **Why it matters.** A graph input is the caller's memory, and the caller may read it
-# after the call, so chapter 17 never lets a kernel write over one. In training that
+# after the call, so chapter 18 never lets a kernel write over one. In training that
 # leaves memory on the table. Most of a backward graph's inputs are activations that
 # the forward saved for it, and nothing reads them after the backward. Take
 # `GELU(Linear(x))`. The forward saves the Linear's output, `(300, 70)` floats; the
@@ -62,6 +63,7 @@ from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+from minductor import memory
 from minductor.capture import compile_hooks
 from minductor.codegen_triton import inplace_candidates, same_memory
 from minductor.config import config
@@ -69,7 +71,7 @@ from minductor.ir import MutationBuffer
 from minductor.lowering import GraphLowering
 from minductor.runtime import empty_strided_cpu, load_module
 from minductor.scheduler import MemoryDep, Scheduler, is_indirect
-from minductor.wrapper import FreeLine, WrapperCodeGen
+from minductor.wrapper import FreeLine, WrapperCodeGen, handovers
 
 UNFUSED = {"max_fusion_size": 1}  # each node its own kernel
 
@@ -161,7 +163,7 @@ print(call_lines(plain_source))
 # `primals_3` is the model's input `x`, which the caller still holds; `tangents_1` is
 # the incoming gradient; `addmm` is the saved activation, the only input donated. The
 # GELU's backward kernel reads `tangents_1` and `addmm` where it writes `buf0`, and
-# both die there, yet `buf0` gets 84,000 bytes of its own: chapter 17 gives away no
+# both die there, yet `buf0` gets 84,000 bytes of its own: chapter 18 gives away no
 # graph input.
 #
 # Why may `call` write over `addmm` at all, when the caller passed it in? Because of
@@ -262,11 +264,12 @@ def candidates(scheduler, donated):
 # %% [markdown]
 # ## Part 2: the wrapper
 #
-# `DonatingWrapper` is chapter 17's wrapper with a set of donated input names. Its
-# `written_over` must return chapter 17's pairs (memory the wrapper owns, filtered by
-# its rules: keep them, do not copy them) plus the pairs of your candidates whose
-# input is donated. Nothing else changes: `plan` writes the `# reuse` line (a
-# `reinterpret_tensor` when the layouts differ) and `plan_frees` the `del` of the
+# `DonatingWrapper` is chapter 17's wrapper with a set of donated input names, which
+# plans with your `donating_written_over` in the place of chapter 18's `written_over`
+# in the pipeline's `handovers`. It must return chapter 18's pairs (memory the wrapper
+# owns, filtered by its rules: keep them, do not copy them) plus the pairs of your
+# candidates whose input is donated. Nothing else changes: `plan` writes the `# reuse`
+# line (a `reinterpret_tensor` when the layouts differ), `plan_frees` the `del` of the
 # input's name, and chapter 15's kernel gives each pair an `in_out_ptr`.
 #
 # Mind two things. `config.inplace_buffers = False` switches all writing over off,
@@ -278,13 +281,21 @@ def candidates(scheduler, donated):
 
 
 # %%
+def donating_written_over(wrapper):
+    """Chapter 18's pairs, and your candidates' pairs whose input is in
+    `wrapper.donated`: input -> output."""
+    raise NotImplementedError("your code here")
+
+
 class DonatingWrapper(WrapperCodeGen):
     def __init__(self, graph, scheduler, interpret, donated=()):
         super().__init__(graph, scheduler, interpret)
         self.donated = frozenset(donated)
 
-    def written_over(self):
-        raise NotImplementedError("your code here")
+    def plan(self):
+        # your handover in the place of chapter 18's, while this wrapper plans
+        with handovers.using(donating_written_over, chapter=18, name="written_over"):
+            super().plan()
 
 
 # %% [markdown]
@@ -313,15 +324,17 @@ class DonatingWrapper(WrapperCodeGen):
 def held_bytes(wrapper, donated):
     """The most bytes `call` holds at once: the plan's buffers (`live_bytes`) and the
     donated inputs, each until the last name of its memory is deleted."""
-    roots = wrapper.alias_roots()
+    roots = memory.alias_roots(wrapper.lines)
 
     def group(name):
         return roots.get(name, name)
 
     names = {group(n): {n} for n in donated}  # group -> its names not yet deleted
-    sizes = {group(n): wrapper.nbytes(wrapper.layouts[n]) for n in donated}
+    sizevars = wrapper.graph.sizevars
+    sizes = {group(n): memory.nbytes(wrapper.layouts[n], sizevars) for n in donated}
     inputs, peak = sum(sizes.values()), 0
-    for line, live in zip(wrapper.lines, wrapper.live_bytes(group)):
+    profile = memory.live_bytes(wrapper.lines, group, sizevars)
+    for line, live in zip(wrapper.lines, profile):
         for name in line.defines():
             names.get(group(name), set()).add(name)
         if isinstance(line, FreeLine):
@@ -360,7 +373,7 @@ def test_the_backward_writes_over_its_saved_activation():
     activation, weight, bias = 300 * 70 * 4, 70 * 48 * 4, 70 * 4  # bytes
     _, plain_allocated = run(plain_source, *example_inputs(backward))
     assert sorted(plain_allocated) == sorted(allocated + [activation])
-    # chapter 17's plan holds the saved activation and buf0 while the kernel runs;
+    # chapter 18's plan holds the saved activation and buf0 while the kernel runs;
     # yours, at most the activation's memory and the weight's and bias's gradients
     peaks = held_bytes(plain, donated), held_bytes(planned, donated)
     assert peaks == (2 * activation, activation + weight + bias), peaks
@@ -533,20 +546,17 @@ def conv_and_sigmoid(saved, x, w):
     return F.conv2d(x, w).exp(), saved.sigmoid()
 
 
-def test_chapter_17s_rules_stay():
+def test_chapter_18s_rules_stay():
     args = (torch.randn(3000), torch.randn(2, 3, 30, 30), torch.randn(4, 3, 3, 3))
     graph, scheduler = lowered(conv_and_sigmoid, *args)
     wrapper = DonatingWrapper(graph, scheduler, interpret=True, donated={"saved_1"})
-    assert wrapper.written_over() == {"buf0": "buf1", "saved_1": "buf2"}
+    assert donating_written_over(wrapper) == {"buf0": "buf1", "saved_1": "buf2"}
     # were convolution an op that may return a view of its input, its result would
     # not be the wrapper's memory to give; the donated input still is
-    may_alias = mock.patch.object(
-        WrapperCodeGen, "may_alias", staticmethod(lambda op: True)
-    )
-    with may_alias:
-        assert wrapper.written_over() == {"saved_1": "buf2"}
+    with mock.patch.object(memory, "may_alias", lambda op: True):
+        assert donating_written_over(wrapper) == {"saved_1": "buf2"}
     with config.patch({"inplace_buffers": False}):
-        assert wrapper.written_over() == {}
+        assert donating_written_over(wrapper) == {}
 
 
 # %% [markdown]
@@ -558,7 +568,7 @@ test_a_donated_input_in_another_layout()
 test_what_is_not_donated_stays_the_callers()
 test_what_stays_refused()
 test_one_input_per_output()
-test_chapter_17s_rules_stay()
+test_chapter_18s_rules_stay()
 
 # %% [markdown]
 # ## Going further
@@ -578,7 +588,7 @@ test_chapter_17s_rules_stay()
 # 3. A donated input that no pointwise kernel can write over (read by an `mm`, or by
 #    a reduction) is freed at its `del`, and that is all: Inductor does the same
 #    (`codegen_free`: a graph input, donated or not, "can be freed but not reused").
-#    Could chapter 17's pool hand its memory to a later allocation of its size? What
+#    Could chapter 18's pool hand its memory to a later allocation of its size? What
 #    would `plan_reuse` (its `holders`) and `live_bytes` need to know about it?
 # 4. A reduction stores after its loop, so chapter 15 refuses it. Could `x.sum(1)`
 #    over a donated `(M, N)` input write its `M` sums into the first `M` elements of

@@ -23,8 +23,9 @@ from minductor import (  # noqa: E402, F401
     extern,  # ch. 12: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 13: batch norm in training, its backward, pooling
     codegen_reductions,  # ch. 16: not a lowering; joins codegen_triton's kernel kinds
-    cudagraphs,  # ch. 19: not a lowering; joins capture's graph_wrappers
-    debug,  # ch. 20: debug folders, torch's logs and traces, explain
+    memory,  # ch. 18: not a lowering; joins the wrapper's memory hooks
+    cudagraphs,  # ch. 20: not a lowering; joins capture's graph_wrappers
+    debug,  # ch. 21: debug folders, torch's logs and traces, explain
 )
 
 
@@ -37,7 +38,7 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
-from minductor.debug import explain  # noqa: E402  (ch. 20)
+from minductor.debug import explain  # noqa: E402  (ch. 21)
 
 _register()
 if config.debug:

@@ -490,7 +490,7 @@ def generate_kernel(
     sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
-    # device asserts are compiled in only in Triton's debug mode (chapter 18)
+    # device asserts are compiled in only in Triton's debug mode (chapter 19)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]

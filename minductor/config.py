@@ -50,21 +50,21 @@ class Config:
     layout_optimization: bool = True
     # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 15)
     debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
-    # where generated modules are written (ch. 18)
+    # where generated modules are written (ch. 19)
     cache_dir: str = field(default_factory=_default_cache_dir)
-    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 18)
+    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 19)
     max_autotune: bool = False
     # threads that compile a graph's kernels before its first call; 1: each kernel
-    # compiles at its first launch instead (ch. 18)
+    # compiles at its first launch instead (ch. 19)
     compile_threads: int = min(8, os.cpu_count() or 1)
-    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 19)
+    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 20)
     cudagraphs: bool = False
-    # most recordings of a graph (one per input shape) before plain launches (ch. 19)
+    # most recordings of a graph (one per input shape) before plain launches (ch. 20)
     cudagraph_max_recordings: int = 8
-    # split a graph around ops a CUDA graph cannot hold and record the rest (ch. 19)
+    # split a graph around ops a CUDA graph cannot hold and record the rest (ch. 20)
     cudagraph_split: bool = True
     # a debug folder per compiled graph under this one; "" writes none unless
-    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 20)
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 21)
     debug_dir: str = ""
 
     @contextlib.contextmanager

@@ -1,4 +1,4 @@
-# generated from chapters/19_cudagraphs.md — edit there
+# generated from chapters/20_cudagraphs.md — edit there
 
 from __future__ import annotations
 
@@ -594,7 +594,7 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
     return CUDAGraphed(compiled, info, pool, static, mutates, if_stable)
 
 
-graph_wrappers.register(cudagraphify, chapter=19)
+graph_wrappers.register(cudagraphify, chapter=20)
 
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -785,4 +785,4 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
     return SplitGraph(runs, inputs, constants, outputs, pool, info.kind)
 
 
-graph_splitters.register(split_for_cudagraphs, chapter=19)
+graph_splitters.register(split_for_cudagraphs, chapter=20)

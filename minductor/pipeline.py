@@ -132,8 +132,10 @@ PIPELINE = Pipeline(
         Hook("fusion_rules", "14", "refuse a fusion, with a reason"),
         Stage("Triton", "15, 16", "the source of each kernel"),
         Hook("kernel_kinds", "15", "block sizes and the lines around a body"),
-        Stage("wrapper", "17", "`call(args)`: allocate, launch, free"),
-        Stage("runtime", "18", "load the module, compile its kernels"),
+        Stage("wrapper", "17", "`call(args)`: lines that allocate, launch, call ATen"),
+        Hook("handovers", "17", "inputs a kernel may write its output over"),
+        Hook("memory_plan", "17", "where each buffer dies, and whose memory it takes"),
+        Stage("runtime", "19", "load the module, compile its kernels"),
         Hook("graph_wrappers", "1", "wrap the compiled callable"),
         Hook("compile_hooks", "1", "see every compiled graph"),
     ]

@@ -1,4 +1,4 @@
-# generated from chapters/18_runtime.md — edit there
+# generated from chapters/19_runtime.md — edit there
 
 from __future__ import annotations
 

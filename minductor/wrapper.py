@@ -11,12 +11,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from minductor.codegen_triton import (
-    GeneratedKernel,
-    generate_kernel,
-    inplace_candidates,
-    storage_elements,
-)
+from minductor.codegen_triton import GeneratedKernel, generate_kernel
 from minductor.config import config
 from minductor.ir import (
     Buffer,
@@ -32,6 +27,7 @@ from minductor.ir import (
     TensorBox,
 )
 from minductor.lowering import GraphLowering
+from minductor.pipeline import PIPELINE
 from minductor.runtime import WarmUp, autotune_kernel
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
 from minductor.sizevars import pexpr
@@ -53,7 +49,7 @@ class AllocateLine:
         lay = self.layout
         sizes = f"{_tuple(lay.size)}, {_tuple(lay.stride)}"
         if self.on_current_device and lay.device.type in ("cpu", "cuda"):
-            # chapter 18: torch's C++ allocator entry, no argument parsing
+            # chapter 19: torch's C++ allocator entry, no argument parsing
             allocate = f"empty_strided_{lay.device.type}"
             return f"{self.name} = {allocate}({sizes}, {lay.dtype})"
         return (
@@ -72,7 +68,7 @@ class AllocateLine:
 class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
-    comment: str = ""  # what autotuning chose (chapter 18)
+    comment: str = ""  # what autotuning chose (chapter 19)
     site: str = ""  # the name of its CallSite, or SizedSite for symbolic sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
 
@@ -119,7 +115,7 @@ class KernelCallLine:
     def site_definition(self) -> str:
         k = self.kernel
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
-        if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 18)
+        if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 19)
             return (
                 f"{self.site} = SizedSite({self.kernel_name}, {len(k.call_args)}, "
                 f"per_call={k.per_call_blocks!r}, check={self.check}, {meta})"
@@ -315,6 +311,11 @@ Line = (
     | FreeLine
 )
 
+# the hooks chapter 18 fills: offer(wrapper) -> {input: output written over it}, and
+# planner(wrapper), which rewrites wrapper.lines (frees, reuse)
+handovers = PIPELINE["handovers"]
+memory_plan = PIPELINE["memory_plan"]
+
 
 class WrapperCodeGen:
     def __init__(self, graph: GraphLowering, scheduler: Scheduler, interpret: bool):
@@ -329,7 +330,9 @@ class WrapperCodeGen:
 
     def plan(self) -> None:
         removed = self.scheduler.removed_buffers
-        over = self.written_over()  # inputs a kernel writes over (below)
+        over: dict[str, str] = {}  # input -> the output a kernel writes over it
+        for offer in handovers:  # chapter 18: inputs that die where they are read
+            over |= offer(self)
         for node in self.scheduler.nodes:
             if isinstance(node, ExternKernelSchedulerNode):
                 if isinstance(node.node, MultiOutput):
@@ -364,11 +367,11 @@ class WrapperCodeGen:
                 elif buf not in removed:
                     self.lines += self.allocate(buf, member.node.layout)
             comment = ""
-            if config.max_autotune:  # chapter 18: measure a few blocks, keep the best
+            if config.max_autotune:  # chapter 19: measure a few blocks, keep the best
                 kernel, comment = self.autotune(kernel)
             self.lines.append(KernelCallLine(name, kernel, comment))
-        self.plan_frees()
-        self.plan_reuse()
+        for planner in memory_plan:  # chapter 18: where names die, what is reused
+            planner(self)
         self.mark_aten_only()
         if self.cuda_device() is None:  # tensors on several GPUs: name each one's
             self.lines = [
@@ -432,202 +435,6 @@ class WrapperCodeGen:
         if not any(owner.name in line.defines() for line in self.lines):
             lines.append(AllocateLine(owner.name, owner.layout))
         return lines + [ReinterpretLine(ReinterpretBuffer(name, layout, owner))]
-
-    def plan_frees(self) -> None:
-        keep = {b.name for b in self.graph.graph_outputs if isinstance(b, Buffer)}
-        seen: set[str] = set(keep)
-        planned: list[Line] = []
-        for line in reversed(self.lines):
-            # a name dies at its last use, or where it is made if nothing uses it
-            candidates = dict.fromkeys(line.uses() + line.defines())
-            dying = tuple(n for n in candidates if n not in seen)
-            seen |= set(candidates)
-            if dying:
-                planned.append(FreeLine(dying))
-            planned.append(line)
-        unused = tuple(
-            n
-            for n in self.graph.graph_input_names
-            if n not in seen and isinstance(self.graph.graph_inputs[n], TensorBox)
-        )
-        self.lines = ([FreeLine(unused)] if unused else []) + planned[::-1]
-
-
-    # lines that only name memory; a line of any other kind runs work
-    MEMORY_LINES = (
-        AllocateLine,
-        FreeLine,
-        ReuseLine,
-        ReinterpretLine,
-        MultiOutputLine,
-        ConcatLine,
-    )
-
-    @staticmethod
-    def reuse_key(layout: FixedLayout) -> tuple[Any, ...]:
-        """(device, dtype, elements in storage): what `empty_strided` allocates."""
-        return (layout.device, layout.dtype, storage_elements(layout))
-
-    @staticmethod
-    def may_alias(op: Any) -> bool:
-        """May this op return a view of an input? Its schema says, but for the unsafe
-        views, whose schemas do not; unknown ops may."""
-        if not isinstance(op, torch._ops.OpOverload):
-            return True
-        if "unsafe" in op.name():  # unsafe_split, unsafe_chunk, _unsafe_view
-            return True
-        return any(ret.alias_info is not None for ret in op._schema.returns)
-
-    def alias_roots(self) -> dict[str, str]:
-        """Names that may share memory, grouped: name -> one name of its group."""
-        parent: dict[str, str] = {}
-
-        def root(name: str) -> str:
-            while parent.get(name, name) != name:
-                name = parent[name]
-            return name
-
-        def join(name: str, *others: str) -> None:
-            for other in others:
-                parent[root(other)] = root(name)
-
-        for line in self.lines:
-            if isinstance(line, ReinterpretLine):
-                join(line.node.name, line.node.base.name)
-            elif isinstance(line, ReuseLine):  # a scatter's result is its copy
-                join(line.new, line.old)
-            elif isinstance(line, ConcatLine):
-                join(line.node.name, *(p.name for p in line.node.pieces))
-            elif isinstance(line, MultiOutputLine):
-                join(line.node.name, line.node.parent.name)
-            elif isinstance(line, ExternCallLine) and self.may_alias(line.node.op):
-                join(line.node.name, *line.uses())
-        return {name: root(name) for name in parent}
-
-
-    def plan_reuse(self) -> None:
-        roots = self.alias_roots()
-
-        def group(name: str) -> str:
-            return roots.get(name, name)
-
-        outputs = self.graph.graph_outputs
-        returned = {group(b.name) for b in outputs if isinstance(b, Buffer)}
-        live: dict[str, set[str]] = {}  # group -> its names made and not yet freed
-        holders: dict[str, FixedLayout] = {}  # name -> its tensor's layout
-        # key -> (name, layout, its FreeLine in `lines`, that line's place in self.lines)
-        pool: dict[tuple[Any, ...], list[tuple[str, FixedLayout, int, int]]] = {}
-        lines: list[Line] = []  # planned so far; pool entries point at FreeLines
-        profile = self.live_bytes(group)  # None: a size unknown, no holding over work
-        peak = max(profile, default=0) if profile is not None else 0
-        work = 0  # work lines so far
-        work_at: list[int] = []  # work lines before each line of self.lines
-        for k, line in enumerate(self.lines):
-            work_at.append(work)
-            after: list[Line] = []
-            if isinstance(line, AllocateLine):
-                holders[line.name] = line.layout
-                dead = pool.get(self.reuse_key(line.layout), [])
-                for d in range(len(dead) - 1, -1, -1):  # the newest dead memory first
-                    old, layout, at, freed = dead[d]
-                    held = self.nbytes(layout)
-                    if work_at[freed] != work:  # held over work: only below the peak
-                        if profile is None or max(profile[freed:k]) + held > peak:
-                            continue
-                        for i in range(freed, k):
-                            profile[i] += held
-                    del dead[d]
-                    names = lines[at].names  # the FreeLine where `old` died
-                    lines[at] = FreeLine(tuple(n for n in names if n != old))
-                    view = None if layout == line.layout else line.layout
-                    line = ReuseLine(old, line.name, view)
-                    after = [FreeLine((old,))]
-                    break
-            elif isinstance(line, ReuseLine) and line.old in holders:
-                layout = holders.pop(line.old)  # the new name's tensor: its own view
-                holders[line.new] = line.layout or layout
-            elif isinstance(line, FreeLine):
-                for name in line.names:
-                    live.get(group(name), set()).discard(name)
-                for name in line.names:
-                    layout = holders.pop(name, None)
-                    g = group(name)
-                    if layout is not None and not live.get(g) and g not in returned:
-                        key = self.reuse_key(layout)
-                        pool.setdefault(key, []).append((name, layout, len(lines), k))
-            elif not isinstance(line, self.MEMORY_LINES):
-                work += 1  # it runs work
-                if profile is None:
-                    pool.clear()  # dead memory is freed, not held over it
-            for name in line.defines():
-                live.setdefault(group(name), set()).add(name)
-            lines += [line, *after]
-        self.lines = [line for line in lines if line != FreeLine(())]
-
-
-    def nbytes(self, layout: FixedLayout) -> int:
-        """The bytes of a layout's storage; with symbolic sizes, at the sizes the graph
-        was compiled for (its symbols' hints); -1 where a symbol has no hint."""
-        elements = self.reuse_key(layout)[2]
-        if not elements.is_Integer:
-            try:
-                elements = self.graph.sizevars.size_hint(elements)
-            except NotImplementedError:  # a size that depends on the data
-                return -1
-        return int(elements) * layout.dtype.itemsize
-
-    def live_bytes(self, group: Callable[[str], str]) -> list[int] | None:
-        """The bytes of memory alive after each line, before reuse; None if a size
-        has no hint."""
-        sizes: dict[str, int] = {}  # group -> the bytes made under its names
-        names: dict[str, set[str]] = {}  # group -> its names not yet freed
-        live, profile = 0, []
-        for line in self.lines:
-            made = None
-            if isinstance(line, AllocateLine):
-                made = (line.name, line.layout)
-            elif isinstance(line, (ExternCallLine, MultiOutputLine)):
-                fresh = not isinstance(line, ExternCallLine) or not self.may_alias(
-                    line.node.op
-                )
-                if fresh and isinstance(line.node.layout, FixedLayout):
-                    made = (line.node.name, line.node.layout)
-            if made is not None:
-                n = self.nbytes(made[1])
-                if n < 0:
-                    return None
-                g = group(made[0])
-                sizes[g] = sizes.get(g, 0) + n
-                live += n
-            if isinstance(line, FreeLine):
-                for name in line.names:
-                    g = group(name)
-                    names.get(g, set()).discard(name)
-                    if not names.get(g):
-                        live -= sizes.pop(g, 0)
-            for name in line.defines():
-                names.setdefault(group(name), set()).add(name)
-            profile.append(live)
-        return profile
-
-
-    def written_over(self) -> dict[str, str]:
-        """Chapter 15's candidates whose memory is ours to give: input -> output."""
-        if not config.inplace_buffers:
-            return {}
-        found = {}
-        for old, new in inplace_candidates(self.scheduler).items():
-            buf = self.scheduler._buffer(old)
-            if isinstance(buf, MultiOutput):
-                ours = not self.may_alias(buf.parent.op)
-            elif isinstance(buf, FallbackKernel) and not isinstance(buf, ExternKernelOut):
-                ours = not self.may_alias(buf.op)
-            else:  # a kernel's output, or an extern kernel's written into our memory
-                ours = isinstance(buf, (ComputedBuffer, ExternKernelOut))
-                ours = ours and not isinstance(buf, MutationBuffer)
-            if ours:
-                found[old] = new
-        return found
 
 
     def bind_sizes(self) -> list[str]:
@@ -721,7 +528,7 @@ class WrapperCodeGen:
         device = str(self.graph.device)
         to = f"to({device!r}, memory_format=torch.contiguous_format)"
         for name in sorted(self.graph.moved_inputs):  # CPU inputs eager moves itself
-            if not self.graph.graph_inputs[name].get_size():  # a number (chapter 18)
+            if not self.graph.graph_inputs[name].get_size():  # a number (chapter 19)
                 body += [f"{name} = number_on({name}, {device!r})"]
             else:
                 body += [f"{name} = {name}.{to}"]

@@ -1,4 +1,4 @@
-"""Chapter 19: graphs split around ops a CUDA graph cannot hold, the rest recorded.
+"""Chapter 20: graphs split around ops a CUDA graph cannot hold, the rest recorded.
 
 The plan (which node goes in which piece) is checked on traced graphs; a split graph is
 run against eager on this machine's device: on a CPU with the chapter's stand-in
@@ -28,7 +28,7 @@ from minductor.cudagraphs import (
 )
 from minductor.runtime import interpret_mode
 
-pytestmark = pytest.mark.ch19
+pytestmark = pytest.mark.ch20
 DEVICE = "cpu" if interpret_mode() else "cuda"
 
 
@@ -54,8 +54,8 @@ def splits(stand_in):
     dynamic = torch._dynamo.config.patch(
         capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True
     )
-    # the spy takes the place of chapter 19's splitter, by its name
-    with graph_splitters.using(spy, chapter=19, name="split_for_cudagraphs"), dynamic:
+    # the spy takes the place of chapter 20's splitter, by its name
+    with graph_splitters.using(spy, chapter=20, name="split_for_cudagraphs"), dynamic:
         yield found
     cudagraph_trees.MarkStepBox.mark_step_counter = 0
     torch._dynamo.reset()

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from helpers import DEVICES
+from minductor import memory
 from minductor.capture import record_compiled
 from minductor.codegen_triton import inplace_candidates, own_addresses, same_memory
 from minductor.config import config
@@ -262,11 +263,11 @@ def test_only_the_wrappers_memory_and_fresh_aten_results(monkeypatch):
     wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
     candidates = inplace_candidates(wrapper.scheduler)
     assert list(candidates) == ["buf0"]  # the matmul's result, written into our memory
-    assert wrapper.written_over() == candidates
-    monkeypatch.setattr(WrapperCodeGen, "may_alias", staticmethod(lambda op: True))
-    assert wrapper.written_over() == candidates  # an extern kernel's out=: ours
+    assert memory.written_over(wrapper) == candidates
+    monkeypatch.setattr(memory, "may_alias", lambda op: True)
+    assert memory.written_over(wrapper) == candidates  # an extern kernel's out=: ours
     with config.patch({"inplace_buffers": False}):
-        assert wrapper.written_over() == {}
+        assert memory.written_over(wrapper) == {}
         source = wrapper.generate()
     assert "in_out_ptr" not in source and "# reuse" not in source
 
@@ -275,9 +276,9 @@ def test_conv_result_is_refused_when_the_op_may_alias(monkeypatch):
     args = cases("cpu")["conv, bn, relu, channels-last"][1]
     graph = GraphLowering(make_fx(conv_bn_relu)(*args), list(args)).lower()
     wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
-    assert len(wrapper.written_over()) == 1  # convolution returns a fresh tensor
-    monkeypatch.setattr(WrapperCodeGen, "may_alias", staticmethod(lambda op: True))
-    assert wrapper.written_over() == {}
+    assert len(memory.written_over(wrapper)) == 1  # convolution returns a fresh tensor
+    monkeypatch.setattr(memory, "may_alias", lambda op: True)
+    assert memory.written_over(wrapper) == {}
 
 
 def test_writing_over_lowers_the_planned_peak():
@@ -290,8 +291,9 @@ def test_writing_over_lowers_the_planned_peak():
         wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
         with config.patch({"inplace_buffers": on}):
             wrapper.plan()
-        roots = wrapper.alias_roots()
-        peaks[on] = max(wrapper.live_bytes(lambda n: roots.get(n, n)))
+        roots = memory.alias_roots(wrapper.lines)
+        group = lambda n: roots.get(n, n)  # noqa: E731
+        peaks[on] = max(memory.live_bytes(wrapper.lines, group, graph.sizevars))
         taken = [line for line in wrapper.lines if isinstance(line, ReuseLine)]
         assert len(taken) == (2 if on else 0)
     hidden, out = 64 * 96 * 4, 64 * 16 * 4  # bytes of each matmul's result

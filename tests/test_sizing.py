@@ -1,4 +1,4 @@
-"""Block sizes chosen by rule (chapters 15 and 16) and by max-autotune (chapter 18)."""
+"""Block sizes chosen by rule (chapters 15 and 16) and by max-autotune (chapter 19)."""
 
 import json
 import logging
@@ -21,7 +21,7 @@ from minductor.runtime import (
 )
 from minductor.scheduler import Scheduler
 
-pytestmark = [pytest.mark.ch15, pytest.mark.ch16, pytest.mark.ch18]
+pytestmark = [pytest.mark.ch15, pytest.mark.ch16, pytest.mark.ch19]
 
 
 # --- the rule: enough programs for the SMs, big blocks for big tensors ---------------

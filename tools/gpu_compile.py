@@ -118,7 +118,7 @@ def record_gpu_kernels() -> Iterator[list[GpuKernel]]:
     def hook(gm, graph, scheduler, wrapper, compiled):
         found.extend(gpu_kernels_of(graph, scheduler, os.path.basename(compiled.path)))
 
-    compile_hooks.append(hook)
+    compile_hooks.register(hook)
     try:
         yield found
     finally:

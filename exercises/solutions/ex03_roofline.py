@@ -250,5 +250,5 @@ test_a_long_chain_of_sines_is_compute_bound()
 #    one handler, and stop counting a store whose buffer only the fused kernel reads
 #    (the scheduler's `removed_buffers`). How many bytes does fusing softmax save?
 # 3. Print, for each kernel of a compiled model, its estimate next to its measured time
-#    from `torch.profiler` (chapter 18's benchmark shows how to time one), and sort
+#    from `torch.profiler` (chapter 19's benchmark shows how to time one), and sort
 #    by the ratio: the top of that list is where a compiler engineer looks first.

@@ -18,10 +18,10 @@
 # **You will:** write a drop-in replacement for the runtime's `launch` that, the
 # first time it sees a kernel at some size, runs it with each of a few `XBLOCK`
 # values, times them, remembers the fastest and launches with it from then on. The
-# catch is in chapter 18's last challenge: a kernel that writes its own inputs must
+# catch is in chapter 19's last challenge: a kernel that writes its own inputs must
 # find them unchanged after every trial, or tuning computes the wrong answer.
 #
-# **It builds on** chapter 18 (*Runtime*): `load_module` (one module per source,
+# **It builds on** chapter 19 (*Runtime*): `load_module` (one module per source,
 # cached), `launch(kernel, numel, *args, XBLOCK=..., num_warps=..., rnumel=...,
 # RBLOCK=...)`, the general launch, the `CallSite` each launch line of a generated
 # `call` goes through (its `through(f)` makes the site's launches with `f`, a

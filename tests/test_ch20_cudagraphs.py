@@ -1,4 +1,4 @@
-"""Chapter 19: CUDA graphs (mode="reduce-overhead").
+"""Chapter 20: CUDA graphs (mode="reduce-overhead").
 
 The decisions (which graphs are recorded, and why not) are checked on fake graphs. The
 life of a wrapped graph (warm-up, recording, replay, steps, invalidation) runs on this
@@ -29,7 +29,7 @@ from minductor.cudagraphs import (
 )
 from minductor.runtime import interpret_mode
 
-pytestmark = pytest.mark.ch19
+pytestmark = pytest.mark.ch20
 DEVICE = "cpu" if interpret_mode() else "cuda"
 
 

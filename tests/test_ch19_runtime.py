@@ -1,4 +1,4 @@
-"""Chapter 18: loading generated modules, launching kernels, the runtime helpers."""
+"""Chapter 19: loading generated modules, launching kernels, the runtime helpers."""
 
 import logging
 import os
@@ -25,7 +25,7 @@ from minductor.runtime import (
 )
 from minductor.runtime import int_class, number_on
 
-pytestmark = pytest.mark.ch18
+pytestmark = pytest.mark.ch19
 
 # real kernels run on CPU tensors in the interpreter, or on a GPU
 DEVICE = "cpu" if interpret_mode() else "cuda"
