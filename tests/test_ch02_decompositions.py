@@ -119,7 +119,7 @@ CASES = {
     ],
     aten.rsub.Scalar: [],  # see test_rsub_scalar_decomposes
     # random: only the cases that draw nothing compare with eager; the rest are
-    # checked statistically in tests/test_random.py
+    # checked statistically in tests/test_ch08_random.py
     aten.native_dropout.default: [
         ((rand(4, 5), 0.0, True), {}),
         ((rand(4, 5), 0.3, False), {}),
@@ -163,7 +163,7 @@ CASES = {
     aten._log_softmax.default: [
         ((rand(7, 5), 1, False), {}),
         ((rand(3, 4, 5), 0, False), {}),
-    ],  # float16 is checked end to end, with float16 tolerances (test_reductions.py)
+    ],  # float16 is checked end to end, with float16 tolerances (test_ch16_reductions_values.py)
     aten._softmax_backward_data.default: [
         ((rand(7, 5), torch.softmax(rand(7, 5, seed=1), 1), 1, torch.float32), {}),
         ((rand(7, 5), torch.softmax(rand(7, 5, seed=1), 0), 0, torch.float32), {}),
@@ -171,7 +171,7 @@ CASES = {
     aten._log_softmax_backward_data.default: [
         ((rand(7, 5), torch.log_softmax(rand(7, 5, seed=1), 1), 1, torch.float32), {}),
         ((rand(3, 4, 5), torch.log_softmax(rand(3, 4, 5), 0), 0, torch.float32), {}),
-    ],  # half precision and the input_dtype rule: end to end (test_norms.py)
+    ],  # half precision and the input_dtype rule: end to end (test_ch10_norms.py)
     aten.native_layer_norm.default: [
         ((rand(7, 5), [5], rand(5, seed=1), rand(5, seed=2), 1e-5), {}),
         ((rand(3, 4, 5), [4, 5], None, None, 1e-5), {}),

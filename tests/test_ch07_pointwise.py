@@ -49,7 +49,7 @@ def _pointwise_overloads():
     return found
 
 
-# reductions are lowered too but are not elementwise; tests/test_reductions.py has them
+# reductions are lowered too but are not elementwise; tests/test_ch16_reductions_values.py has them
 REDUCTIONS = {
     aten.sum.default, aten.prod.default, aten.amax.default, aten.amin.default,
     aten.max.default, aten.min.default, aten.any.default, aten.all.default,

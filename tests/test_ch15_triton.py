@@ -375,7 +375,7 @@ def test_kernel_name_stem_sorts_origins():
 
 @pytest.mark.parametrize("numel", [0, 1, 2, 3, 64, 65, 1000, 1024, 1025, 2145, 10**7])
 def test_pointwise_config(numel):
-    # in the interpreter: one block if it fits (a GPU's rule is in test_sizing.py)
+    # in the interpreter: one block if it fits (a GPU's rule is in test_ch15_block_sizes.py)
     cfg = pointwise_config(numel, interpret=True)
     xblock = cfg["XBLOCK"]
     assert xblock & (xblock - 1) == 0  # a power of two

@@ -2,8 +2,8 @@
 
 What is pinned here is the seam (the kinds in KERNEL_KINDS and the handler's ops come
 from this chapter's module) and the layout of a reduction kernel: which lines go before
-the loop, inside it and after it. Values against eager are in test_reductions.py,
-test_reductions_more.py and test_scans.py; block sizes in test_sizing.py.
+the loop, inside it and after it. Values against eager are in test_ch16_reductions_values.py,
+test_ch16_reductions_more.py and test_ch16_scans.py; block sizes in test_ch15_block_sizes.py.
 """
 
 import pytest

@@ -42,7 +42,7 @@ from minductor.ops import (
 from minductor.runtime import interpret_mode, launch, load_module
 from minductor.scheduler import Scheduler
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch08]
 
 N = 20000
 SIGMAS = 4

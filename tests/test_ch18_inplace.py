@@ -1,4 +1,4 @@
-"""Kernels that write an output over an input that dies in them (chapters 15 and 17).
+"""Kernels that write an output over an input that dies in them (chapters 15 and 18).
 
 Each case compiles a function, compares it with eager, and counts the outputs written
 over an input in the generated `call` (`bufN = bufM  # reuse` before a kernel whose
@@ -23,6 +23,8 @@ from minductor.ir import FixedLayout, MultiOutputLayout, NonOwningLayout
 from minductor.lowering import GraphLowering
 from minductor.scheduler import Scheduler
 from minductor.wrapper import AllocateLine, ReinterpretLine, ReuseLine, WrapperCodeGen
+
+pytestmark = pytest.mark.ch18
 
 UNFUSED = {"max_fusion_size": 1}  # each node its own kernel: a value between kernels
 

@@ -20,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import minductor  # noqa: F401
 from minductor.capture import record_compiled
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch12]
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -23,6 +23,7 @@ from gpu_compile import compile_kernels, record_gpu_kernels  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.ch15,
     pytest.mark.skipif(not INTERPRET, reason="on a GPU the kernels run for real"),
 ]
 

@@ -22,7 +22,7 @@ from minductor.ops import (
 from minductor.scheduler import RecordingHandler, Scheduler, is_indirect
 from minductor.sizevars import index_vars, simplify_loops
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
 cpu_only = pytest.mark.skipif(not INTERPRET, reason="CPU kernels need the interpreter")
 
 
