@@ -1,4 +1,4 @@
-"""The benchmark suite (chapters/performance.md, minductor/bench.py).
+"""The kernel workloads (chapters/measuring_kernels.md, minductor/harness/kernels.py).
 
 Everything but the measuring runs on CPU: byte counts, the tables, the SVG, the JSON
 round trip, the command line without a GPU. The last test measures a tiny workload on a
@@ -6,6 +6,7 @@ GPU and is skipped without one.
 """
 
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -14,13 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from minductor import bench
-from minductor.bench import BACKENDS, Result, Run, Workload
+from minductor.harness import common, kernels
+from minductor.harness.kernels import BACKENDS, Result, Run, Workload
 
 pytestmark = pytest.mark.bench
 
 REPO = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
+TRAIN = "bench-2026-11-23-h200-train.json"  # a training step, not a Run
 
 
 def results() -> list[Result]:
@@ -48,22 +50,22 @@ def sample_run(peak=4000.0) -> Run:
 
 
 def test_gbps_is_bytes_per_nanosecond():
-    assert bench.gbps(4 * 10**9, 1.0) == pytest.approx(4000.0)  # 4 GB in 1 ms
-    assert bench.gbps(2 * 2**30, 0.5) == pytest.approx(2 * 2**30 / 0.5e6)
+    assert kernels.gbps(4 * 10**9, 1.0) == pytest.approx(4000.0)  # 4 GB in 1 ms
+    assert kernels.gbps(2 * 2**30, 0.5) == pytest.approx(2 * 2**30 / 0.5e6)
     r = results()[0]
     assert r.gbps("minductor") == pytest.approx(268435456 / 0.08 / 1e6)
 
 
-@pytest.mark.parametrize("workload", bench.WORKLOADS, ids=lambda w: w.name)
+@pytest.mark.parametrize("workload", kernels.WORKLOADS, ids=lambda w: w.name)
 def test_stated_bytes_are_inputs_read_once_plus_outputs_written_once(workload):
     inputs = workload.make_inputs("meta")  # shapes and dtypes, no memory
-    outputs = bench.as_tuple(workload.fn(*inputs))
+    outputs = common.as_tuple(workload.fn(*inputs))
     moved = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in outputs)
     assert workload.bytes == moved
 
 
 def test_workloads_of_the_issue_are_there():
-    names = [w.name for w in bench.WORKLOADS]
+    names = [w.name for w in kernels.WORKLOADS]
     assert len(set(names)) == len(names)
     for part in [
         "a*b+c",
@@ -83,15 +85,15 @@ def test_workloads_of_the_issue_are_there():
 
 
 def test_select_by_substring():
-    assert bench.select(None) == bench.WORKLOADS
-    names = [w.name for w in bench.select(["SOFTMAX", "x.sum(0)"])]
+    assert kernels.select(None) == kernels.WORKLOADS
+    names = [w.name for w in kernels.select(["SOFTMAX", "x.sum(0)"])]
     assert names == [
         "x.sum(0), 4096x8192",
         "softmax, 8192x1024",
         "softmax, 8192x2048",
         "log_softmax, 8192x1024",
     ]
-    assert bench.select(["no such workload"]) == []
+    assert kernels.select(["no such workload"]) == []
 
 
 # --- checking against eager -----------------------------------------------------------
@@ -99,29 +101,29 @@ def test_select_by_substring():
 
 def test_check_close_accepts_rounding_and_rejects_errors():
     want = (torch.linspace(-3, 3, 101),)
-    bench.check_close("ok", (want[0] * (1 + 1e-6),), want)
-    bench.check_close("bf16", (want[0].to(torch.bfloat16),), want)
+    common.check_close("ok", (want[0] * (1 + 1e-6),), want)
+    common.check_close("bf16", (want[0].to(torch.bfloat16),), want)
     with pytest.raises(AssertionError, match="wrong, output 0: minductor is not eager"):
-        bench.check_close("wrong", (want[0] + 1e-2,), want)
+        common.check_close("wrong", (want[0] + 1e-2,), want)
     with pytest.raises(AssertionError, match="2 outputs, eager has 1"):
-        bench.check_close("count", (want[0], want[0]), want)
+        common.check_close("count", (want[0], want[0]), want)
 
 
 def test_check_compares_with_eager_in_fp32():
-    workload = Workload("tiny", bench.add_mul, bench.randn(5, 5, 5), 4 * 5 * 4)
+    workload = Workload("tiny", kernels.add_mul, kernels.randn(5, 5, 5), 4 * 5 * 4)
     inputs = workload.make_inputs("cpu")
-    bench.check(workload, bench.add_mul, inputs)
+    kernels.check(workload, kernels.add_mul, inputs)
     with pytest.raises(AssertionError, match="tiny"):
-        bench.check(workload, lambda a, b, c: a * b - c, inputs)
+        kernels.check(workload, lambda a, b, c: a * b - c, inputs)
     with pytest.raises(AssertionError, match="dtypes"):
-        bench.check(workload, lambda a, b, c: (a * b + c).double(), inputs)
+        kernels.check(workload, lambda a, b, c: (a * b + c).double(), inputs)
 
 
 # --- the tables -----------------------------------------------------------------------
 
 
 def test_markdown_tables():
-    text = bench.markdown(sample_run())
+    text = kernels.markdown(sample_run())
     lines = text.splitlines()
     assert lines[0] == (
         "Measured 2026-11-23 on NVIDIA H200, torch 2.11.0, triton 3.6.0."
@@ -129,13 +131,13 @@ def test_markdown_tables():
     assert lines[1].startswith("Copy peak: 4000 GB/s (`dst.copy_(src)`, 1 GiB of fp32")
     gpu = [line for line in lines if line.startswith("| a*b+c |")][0]
     assert gpu == (
-        "| a*b+c | 268.4 MB | 100.0 | 80.0 | 64.0 | 1.25x | 0.80x "
+        "| a*b+c | 268.4 MB | 100.0 | 64.0 | 80.0 | 1.25x | 0.80x "
         "| 3355 (84%) | 4194 (105%) |"
     )
     host = [line for line in lines if line.startswith("| a*b+c |")][1]
-    assert host == "| a*b+c | 110.0 | 90.0 | 70.0 | 0.50 | 2.00 |"
+    assert host == "| a*b+c | 110.0 | 70.0 | 90.0 | 0.50 | 2.00 |"
     small = [line for line in lines if line.startswith("| x<y & z")]
-    assert small[0].startswith("| x<y & z, 1 element | 16 B | 6.5 | 4.1 | 16.2 |")
+    assert small[0].startswith("| x<y & z, 1 element | 16 B | 6.5 | 16.2 | 4.1 |")
     assert small[1] == "| x<y & z, 1 element | — | — | — | — | — |"
     for table in text.split("\n\n")[1:]:  # each row has its header's columns
         rows = table.splitlines()
@@ -144,7 +146,7 @@ def test_markdown_tables():
 
 
 def test_markdown_without_a_copy_peak():
-    text = bench.markdown(sample_run(peak=None))
+    text = kernels.markdown(sample_run(peak=None))
     assert "Copy peak: — GB/s" in text
     assert "| 3355 | 4194 |" in text
 
@@ -153,7 +155,7 @@ def test_markdown_without_a_copy_peak():
 
 
 def test_svg_is_xml_with_a_bar_per_workload_and_backend():
-    root = ET.fromstring(bench.svg(sample_run()))
+    root = ET.fromstring(kernels.svg(sample_run()))
     assert root.tag == SVG + "svg"
     bars = [r for r in root.iter(SVG + "rect") if "bar" in r.get("class", "").split()]
     assert len(bars) == len(results()) * len(BACKENDS)
@@ -176,15 +178,19 @@ def test_json_round_trip_and_plot(tmp_path):
     assert Run.from_json(run.to_json()) == run
     data, out = tmp_path / "run.json", tmp_path / "run.svg"
     data.write_text(run.to_json())
-    assert bench.main(["--plot", str(data), "--svg", str(out)]) == 0
-    assert out.read_text() == bench.svg(run)
+    assert kernels.main(["--plot", str(data), "--svg", str(out)]) == 0
+    assert out.read_text() == kernels.svg(run)
 
 
-def test_the_page_embeds_a_chart():
+def test_the_page_draws_its_tables_and_chart_from_runs():
     page = (REPO / "chapters" / "performance.md").read_text()
-    assert "](assets/bench.svg)" in page
-    root = ET.parse(REPO / "chapters" / "assets" / "bench.svg").getroot()
-    assert any("bar" in r.get("class", "") for r in root.iter(SVG + "rect"))
+    runs = set(re.findall(r"assets/(bench-[\w-]+\.json)", page)) - {TRAIN}
+    assert runs and "kernels.svg(" in page and "kernels.gpu_table(" in page
+    for name in runs:
+        run = Run.from_json((REPO / "chapters" / "assets" / name).read_text())
+        root = ET.fromstring(kernels.svg(run))
+        bars = [r for r in root.iter(SVG + "rect") if "bar" in r.get("class", "")]
+        assert len(bars) == len(run.results) * len(BACKENDS)
 
 
 # --- the command line -----------------------------------------------------------------
@@ -219,7 +225,7 @@ def test_plot_works_without_cuda(tmp_path):
 
 def test_plot_needs_svg():
     with pytest.raises(SystemExit) as stop:
-        bench.parse_args(["--plot", "run.json"])
+        kernels.parse_args(["--plot", "run.json"])
     assert stop.value.code == 2
 
 
@@ -229,19 +235,19 @@ def test_plot_needs_svg():
 @pytest.mark.cuda
 def test_measure_a_tiny_workload_on_the_gpu():
     tiny = Workload(
-        "tiny a*b+c", bench.add_mul, bench.randn(*[(33, 65)] * 3), 4 * 33 * 65 * 4
+        "tiny a*b+c", kernels.add_mul, kernels.randn(*[(33, 65)] * 3), 4 * 33 * 65 * 4
     )
-    result = bench.measure(tiny, cold=True)
+    result = kernels.measure(tiny, cold=True)
     assert result.name == "tiny a*b+c" and result.bytes == tiny.bytes
     for times in (result.gpu_ms, result.host_ms):
         assert set(times) == set(BACKENDS)
         assert all(0 < t < 1000 for t in times.values()), times
     assert set(result.cold_s) == {"minductor", "inductor"}
     assert all(0 < s < 600 for s in result.cold_s.values()), result.cold_s
-    assert bench.measure(tiny, cold=False).cold_s == {}
+    assert kernels.measure(tiny, cold=False).cold_s == {}
     run = Run(
-        "gpu", torch.__version__, "triton", "today", bench.copy_peak_gbps(), [result]
+        "gpu", torch.__version__, "triton", "today", kernels.copy_peak_gbps(), [result]
     )
     assert run.copy_peak_gbps > 10  # GB/s: any GPU copies faster than this
-    assert "| tiny a*b+c |" in bench.markdown(run)
-    ET.fromstring(bench.svg(run))
+    assert "| tiny a*b+c |" in kernels.markdown(run)
+    ET.fromstring(kernels.svg(run))

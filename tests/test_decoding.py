@@ -1,5 +1,5 @@
-"""The decoding workloads (chapters/decoding.md, minductor/decoding.py), on CPU at tiny
-sizes.
+"""The decoding workloads (chapters/measuring_decoding.md, harness/decoding.py),
+on CPU at tiny sizes.
 
 Greedy fp32 decoding through minductor must give eager's tokens in each recipe; the
 hand-written Llama must be Hugging Face's (the same tokens from the same weights, and
@@ -16,9 +16,9 @@ import logging
 import pytest
 import torch
 
-from minductor import decoding, models
 from minductor.cudagraphs import RECORDERS, SimulatedRecording
-from minductor.decoding import (
+from minductor.harness import common, decoding, models
+from minductor.harness.decoding import (
     LLAMA,
     TINY,
     DecodeRow,
@@ -171,7 +171,7 @@ def test_flags_and_listing(capsys):
     args = parse_args(["--decode"])
     assert args.decode == list(decoding.WORKLOADS) and args.batch == [1, 8]
     assert (args.dtype, args.new_tokens) == ("bf16", 128)
-    assert args.backends == list(models.BACKENDS)
+    assert args.backends == list(common.BACKENDS)
     tiny = parse_args(["--decode", "gpt-fast", "--tiny", "--batch", "3"])
     assert (tiny.decode, tiny.batch) == (["gpt-fast"], [3])
     assert (tiny.dtype, tiny.new_tokens) == ("fp32", TINY["new"])

@@ -1,4 +1,5 @@
-"""The real-model suite (chapters/models.md, minductor/models.py), on CPU at tiny sizes.
+"""The real-model suite (chapters/measuring_models.md, minductor/harness/models.py), on
+CPU at tiny sizes.
 
 The measuring child runs in this process (`measure_model`), which saves starting a
 Python per model; the command line runs as a subprocess once, where nothing needs a
@@ -17,8 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from minductor import models
-from minductor.models import Row, check, markdown, measure_model, parse_args, select
+from minductor.harness import common, models
+from minductor.harness.models import (
+    Row,
+    check,
+    markdown,
+    measure_model,
+    parse_args,
+    select,
+)
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("transformers")
@@ -108,8 +116,8 @@ def test_backends_are_timed_in_turns_and_a_failing_step_is_reported():
         return one_step
 
     steps = {"eager": step_of("eager"), "a": step_of("a"), "b": step_of("b", 2)}
-    times = models.time_in_turns(steps, "cpu")
     per_block = models.STEPS["cpu"] // models.ROUNDS["cpu"]
+    times = common.time_in_turns(steps, "cpu", models.ROUNDS["cpu"], per_block)
     blocks = [calls[i] for i in range(0, len(calls), per_block)]
     # round 1 in order, round 2 reversed; b failed in its second block and left
     assert blocks == ["eager", "a", "b", "b", "a", "eager"][: len(blocks)]
@@ -167,7 +175,7 @@ def test_command_line_skips_and_times_out(tmp_path):
     assert all(set(r) == COLUMNS for r in rows)
     status = {(r["model"], r["backend"]): r["status"] for r in rows}
     assert status[("gpt2", "eager")] == "error: timed out after 1 s"
-    why = models.missing("torchvision")  # on a machine where it imports: a timeout
+    why = common.missing("torchvision")  # on a machine where it imports: a timeout
     skipped = f"skipped: {why}" if why else "error: timed out after 1 s"
     assert status[("resnet18", "minductor")] == skipped
     table = done.stdout.strip().splitlines()

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 import zoo  # noqa: E402
 
-from minductor.models import step  # noqa: E402
+from minductor.harness.models import step  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

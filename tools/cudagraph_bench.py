@@ -15,9 +15,10 @@ Four workloads, each where the host sets the pace:
 Backends: eager, Inductor (default and mode="reduce-overhead"), minductor (default and
 mode="reduce-overhead"). Each is checked against eager before it is timed. The host's
 speed drifts, so all backends of a workload are compiled first and then timed in turns:
-ROUNDS rounds of N calls each, the order reversed every round, the median round kept.
-Prints a markdown table. Run on a GPU:
-    PYTHONPATH=$PWD python tools/cudagraph_bench.py [--calls N] [--only chain,block,...]
+ROUNDS rounds of N calls each, the order reversed every round, the median round kept
+(the harness's `time_in_turns`, a round's N calls between two synchronizations).
+Prints a markdown table. Run on a GPU, from the repository root:
+    python tools/cudagraph_bench.py [--calls N] [--only chain,block,...]
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import minductor  # noqa: F401  (registers the backend)
+from minductor.harness import common
 
 BACKENDS = [
     ("eager", None, None),
@@ -108,25 +108,20 @@ def make_fn(backend, mode, fn):
     return torch.compile(fn, backend=backend, mode=mode)
 
 
-def round_ms(step, calls: int) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e3
-
-
 def time_in_turns(steps: dict, calls: int) -> dict:
     """Median ms per call of each step, the steps timed in alternating rounds."""
     for step in steps.values():
         for _ in range(5):  # compile, warm up, record
             step()
-    times = {label: [] for label in steps}
-    for r in range(ROUNDS):
-        for label in list(steps) if r % 2 == 0 else list(steps)[::-1]:
-            times[label].append(round_ms(steps[label], calls))
-    return {label: statistics.median(t) for label, t in times.items()}
+    def block(step):  # a round's turn: `calls` calls, then the GPU synchronized
+        return lambda: [step() for _ in range(calls)]
+
+    rounds = {label: block(step) for label, step in steps.items()}
+    times = common.time_in_turns(rounds, "cuda", ROUNDS, per_round=1)
+    for label, t in times.items():
+        if isinstance(t, BaseException):
+            raise t
+    return {label: t / calls * 1e3 for label, t in times.items()}
 
 
 def max_error(got, want) -> float:
@@ -180,7 +175,7 @@ def bench_gpt2(calls, rows):
     except ImportError:
         print("transformers does not import: no GPT-2 row")
         return
-    from minductor.models import MODELS
+    from minductor.harness.models import MODELS
 
     spec = next(m for m in MODELS if m.name == "gpt2")
     sizes = dict(spec.real, B=1, T=128)

@@ -8,7 +8,7 @@ Then each ATen op the step called is timed again through its plain `torch.*` bin
 with the same arguments, to see what calling through `torch.ops.aten` costs. With a
 fourth argument, `inductor`, the same for Inductor's generated code (its extern kernels,
 allocations, stride asserts and kernel launches). Run on a GPU:
-    PYTHONPATH=$PWD python tools/host_breakdown.py mobilenet_v3_large inference bf16
+    python tools/host_breakdown.py mobilenet_v3_large inference bf16
 """
 
 import collections
@@ -18,11 +18,9 @@ import time
 import torch
 
 from minductor.capture import record_compiled
-from minductor.models import DTYPES, on_device, step
+from minductor.harness.common import DTYPES
+from minductor.harness.models import build, on_device, step
 from minductor.runtime import load_module
-
-sys.path.insert(0, "tools")
-from profile_model import build  # noqa: E402
 
 totals: dict[str, float] = collections.defaultdict(float)
 counts: dict[str, int] = collections.defaultdict(int)

@@ -16,14 +16,14 @@ some hosts a clock read costs microseconds):
 The graph's own work is what remains of its call: allocations, argument handling,
 frees and views, and for CUDA graphs the bookkeeping around a replay.
 
-Workloads (Llama of 8 layers of width 1024, bf16, the decoding page's):
+Workloads (Llama of 8 layers of width 1024, bf16, the decoding suite's):
   step      the gpt-fast decode step, static sizes, plain launches
   replay    the same step under mode="reduce-overhead"
   dynamic   gpt-fast's prefill under dynamic=True, its prompt one token longer at each
             call (2 to 128 tokens, then again): every call has new sizes
 Backends are compiled first, then timed in rounds whose order reverses each round.
 Run on a GPU:
-    PYTHONPATH=$PWD python tools/host_budget.py [step replay dynamic] [--batch 1]
+    python tools/host_budget.py [step replay dynamic] [--batch 1]
 """
 
 import argparse
@@ -32,7 +32,8 @@ import time
 
 import torch
 
-from minductor import capture, cudagraphs, decoding, runtime
+from minductor import capture, cudagraphs, runtime
+from minductor.harness import decoding
 
 skipped: set[str] = set()  # the pieces taken away now
 

@@ -9,7 +9,7 @@ first frame outside torch's own files. It also names the allocation that reached
 peak, and lists the block sizes alive then whose counts differ from the first backend's
 (a float32 copy of a bfloat16 activation shows up as one block of twice the size). Run
 on a GPU:
-    PYTHONPATH=$PWD python tools/peak_memory.py t5 training bf16 [backends] [mode]
+    python tools/peak_memory.py t5 training bf16 [backends] [mode]
 where mode is torch.compile's (reduce-overhead: the record covers the first steps,
 where CUDA graphs are recorded).
 """
@@ -21,10 +21,8 @@ from collections import Counter
 
 import torch
 
-from minductor.models import DTYPES, on_device, step
-
-sys.path.insert(0, "tools")
-from profile_model import build  # noqa: E402
+from minductor.harness.common import DTYPES
+from minductor.harness.models import build, on_device, step
 
 MiB = 2**20
 

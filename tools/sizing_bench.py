@@ -1,7 +1,7 @@
 """GPU time per call of small and large kernels: eager, Inductor, minductor's block
 rule, minductor with mode="max-autotune-no-cudagraphs". Prints a markdown table, and
 the blocks minductor launched with (rule, then autotuned). Run on a GPU:
-    PYTHONPATH=$PWD python tools/sizing_bench.py [--dtypes float32,bfloat16] [--only NAME]
+    python tools/sizing_bench.py [--dtypes float32,bfloat16] [--only NAME]
 """
 
 import argparse
@@ -10,9 +10,9 @@ import tempfile
 
 import torch
 
-from minductor.bench import gpu_ms
 from minductor.capture import record_compiled
 from minductor.config import config
+from minductor.harness.kernels import gpu_ms
 
 
 def chain(x):  # 20 rounds of four ops: minductor fuses them into one kernel

@@ -1,16 +1,17 @@
 """Many models, each tried once: does minductor compile it and match eager?
 
-The model suite (`python -m minductor.models`, chapters/models.md) times ten models
-closely against eager and Inductor. This tool goes wide instead: some ninety models of
-timm, torchvision and Hugging Face `transformers`, at small widths, built from their
-libraries' configs with random weights and no dropout. Each model, mode and dtype runs
-in a child process of its own, several at a time, through the suite's own
-`measure_model` with eager and minductor only and a token timing (the children share the
-GPU, so their times mean little). It reports each row's status (ok, wrong, error), its
-errors against eager and fp64, graph breaks and fallbacks. Run on a GPU:
+The model suite (`python -m minductor.models`, chapters/measuring_models.md) times
+models closely against eager and Inductor. This tool goes wide instead: some ninety
+models of timm, torchvision and Hugging Face `transformers`, at small widths, built from
+their libraries' configs with random weights and no dropout. Each model, mode and dtype
+runs in a child process of its own (the harness's `spawn`), several at a time, through
+the suite's own `measure_model` with eager and minductor only and a token timing (the
+children share the GPU, so their times mean little). It reports each row's status (ok,
+wrong, error), its errors against eager and fp64, graph breaks and fallbacks. Run on a
+GPU, from the repository root:
 
-    PYTHONPATH=$PWD python tools/zoo.py [--only NAME...] [--mode both] [--jobs 6]
-        [--json zoo.json] [--list]
+    python tools/zoo.py [--only NAME...] [--mode both] [--jobs 6] [--json zoo.json]
+        [--list]
 
 On a CPU, `--tiny` shrinks everything for Triton's interpreter (slow).
 """
@@ -21,21 +22,18 @@ import argparse
 import functools
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 
 import torch
 
-from minductor import models as suite
-from minductor.models import ModelSpec, Row
+from minductor.harness import common
+from minductor.harness import models as suite
+from minductor.harness.models import ModelSpec, Row
 
 HERE = os.path.abspath(__file__)
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # -- builders --------------------------------------------------------------------------
 
@@ -394,41 +392,15 @@ def child(name: str, mode: str, dtype: str, tiny: bool) -> int:
 
 
 def run_one(spec: ModelSpec, mode: str, dtype: str, args) -> list[Row]:
-    why = suite.missing(spec.library)
+    why = common.missing(spec.library)
     if why:
         return [Row(spec.name, mode, dtype, "minductor", f"skipped: {why}")]
-    root = tempfile.mkdtemp(prefix="minductor_zoo_")
-    env = dict(
-        os.environ,
-        TRITON_CACHE_DIR=os.path.join(root, "triton"),
-        TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
-        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.getenv("PYTHONPATH")])),
-        **{suite.CACHES: root},
-    )
-    command = [sys.executable, HERE, "--child", spec.name, mode, dtype]
-    command += ["--tiny"] * args.tiny
+    command = [HERE, "--child", spec.name, mode, dtype] + ["--tiny"] * args.tiny
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=args.timeout
-        )
-        out, err, why = proc.stdout, proc.stderr, f"exit status {proc.returncode}"
-    except subprocess.TimeoutExpired as e:
-        out, err = e.stdout or "", e.stderr or ""
-        out, err = (s.decode() if isinstance(s, bytes) else s for s in (out, err))
-        why = f"timed out after {args.timeout:g} s"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    rows = {
-        r.backend: r
-        for r in (
-            Row(**json.loads(s[len(suite.ROW) :]))
-            for s in out.splitlines()
-            if s.startswith(suite.ROW)
-        )
-    }
+    out, err, why = common.spawn(command, args.timeout)  # fresh caches, a timeout
+    rows = common.reported(out, Row)
     row = rows.get("minductor")
-    tail = [s for s in err.splitlines() if s.strip()][-25:]
+    tail = common.last_lines(err, 25)
     if row is None:
         eager = rows.get("eager")
         status = f"error: {why}: {tail[-1] if tail else ''}"
@@ -451,10 +423,10 @@ def summary(rows: list[Row]) -> str:
     for r in rows:
         breaks = "; ".join(f"{k} ×{n}" for k, n in r.break_reasons.items())
         lines.append(
-            f"| {r.model} | {r.mode} | {r.dtype} | {suite.cell(r.status, 120)} "
-            f"| {suite.fmt(r.out_rel, '.1e')} | {suite.fmt(r.ratio, '.2f')} "
-            f"| {suite.fmt(r.grad_rel, '.1e')} | {suite.fmt(r.graphs, '.0f')} "
-            f"| {suite.cell(breaks or '—', 80)} "
+            f"| {r.model} | {r.mode} | {r.dtype} | {common.cell(r.status, 120)} "
+            f"| {common.fmt(r.out_rel, '.1e')} | {common.fmt(r.ratio, '.2f')} "
+            f"| {common.fmt(r.grad_rel, '.1e')} | {common.fmt(r.graphs, '.0f')} "
+            f"| {common.cell(breaks or '—', 80)} "
             f"| {suite.fallbacks_cell(r.fallbacks)} |"
         )
     counts: dict[str, int] = {}
