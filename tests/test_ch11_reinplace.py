@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from helpers import DEVICES
 from minductor.capture import compile_fx, record_compiled
-from minductor.decoding import Transformer, generate
+from minductor.harness.decoding import Transformer, generate
 from minductor.indexing import reinplace_inplaceable_ops, why_not_reinplace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch11]

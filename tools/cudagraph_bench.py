@@ -1,4 +1,4 @@
-"""Host wall time per call with and without CUDA graphs (chapter 19), on a GPU.
+"""Host wall time per call with and without CUDA graphs (chapter 20), on a GPU.
 
 Four workloads, each where the host sets the pace:
   (a) tiny-op chain: 20 rounds of sin/cos/tanh/relu over a 64x64 fp32 tensor;
@@ -169,7 +169,7 @@ def bench_training(name, block, x, calls, rows):
 
 
 def bench_gpt2(calls, rows):
-    """The suite's GPT-2 (124M, chapter 20), bf16, at batch 1 and 128 tokens."""
+    """The model suite's GPT-2 (124M), bf16, at batch 1 and 128 tokens."""
     try:
         import transformers  # noqa: F401
     except ImportError:
