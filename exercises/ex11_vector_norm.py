@@ -55,7 +55,7 @@ import minductor  # noqa: F401  (before Triton is imported; registers the backen
 import torch.nn.functional as F
 
 from minductor.capture import record_compiled
-from minductor.factories import _convert
+from minductor.factories import convert_dtype
 from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
 from minductor.pointwise import pointwise
@@ -114,7 +114,7 @@ print(graph.kernel_names)
 # | any other `p` | `sum(a ** p) ** (1 / p)` |
 #
 # `ord` may arrive as an `int` or a `float`. If `dtype` is given, eager converts `x`
-# to it first and returns that dtype (chapter 8's `_convert(x, dtype)`); otherwise
+# to it first and returns that dtype (chapter 8's `convert_dtype(x, dtype)`); otherwise
 # the result has `x`'s dtype. Accumulate in `_accumulator(dtype)`: a float16 norm
 # sums its squares in float32 and rounds once, at the end.
 #

@@ -11,11 +11,11 @@ import torch
 
 from minductor.config import config
 from minductor.decompositions import (
-    _BORROWED,
+    BORROWED,
     MISLEADING_META,
-    _upcast,
     batch_norm_stats_dtype,
     register_decomposition,
+    upcast,
 )
 from minductor.extern import extern_alloc
 from minductor.ir import (
@@ -54,7 +54,7 @@ def _per_channel(x: torch.Tensor) -> list[int]:
 
 def _normalize(x, mean, rstd, weight, bias):
     shape = _per_channel(x)
-    y = (_upcast(x) - mean.view(shape)) * rstd.view(shape)
+    y = (upcast(x) - mean.view(shape)) * rstd.view(shape)
     if weight is not None:
         y = y * weight.view(shape)
     if bias is not None:
@@ -64,7 +64,7 @@ def _normalize(x, mean, rstd, weight, bias):
 
 def _batch_statistics(x, eps):
     dims = [0, *range(2, x.dim())]
-    var, mean = torch.var_mean(_upcast(x), dims, correction=0)
+    var, mean = torch.var_mean(upcast(x), dims, correction=0)
     return mean, torch.rsqrt(var + eps), var, x.numel() // x.shape[1]
 
 
@@ -116,8 +116,8 @@ def batch_norm_backward(
     else:
         mean = running_mean.to(torch.float32) if x.dtype.itemsize < 4 else running_mean
         rstd = torch.rsqrt(running_var.to(mean.dtype) + eps)
-    dyf = _upcast(dy)
-    xhat = (_upcast(x) - mean.view(shape)) * rstd.view(shape)
+    dyf = upcast(dy)
+    xhat = (upcast(x) - mean.view(shape)) * rstd.view(shape)
     sum_dy = dyf.sum(dims)
     sum_dy_xhat = (dyf * xhat).sum(dims)
     scale = rstd if weight is None else rstd * weight
@@ -133,7 +133,7 @@ def batch_norm_backward(
     return tuple(g if wanted else None for g, wanted in zip(grads, mask, strict=True))
 
 
-_BORROWED.extend([aten.native_group_norm, aten.native_group_norm_backward])
+BORROWED.extend([aten.native_group_norm, aten.native_group_norm_backward])
 
 
 def _pairs(value, default=None) -> list[int]:

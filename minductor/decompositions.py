@@ -150,7 +150,8 @@ def _numel(x, dims):
     return count
 
 
-def _upcast(x):
+def upcast(x):
+    """x in float32 if it is half precision (chapter 13's norms compute so too)."""
     half = x.dtype in (torch.float16, torch.bfloat16)
     return x.to(torch.float32) if half else x
 
@@ -158,7 +159,7 @@ def _upcast(x):
 @register_decomposition(aten._softmax)
 def softmax(x, dim, half_to_float):
     # subtract the row maximum first, so exp never overflows
-    xf = _upcast(x)
+    xf = upcast(x)
     if x.numel() == 0:  # no element: amax over a row of none would raise
         return xf.clone() if half_to_float else x.clone()
     e = torch.exp(xf - torch.amax(xf, dim, keepdim=True))
@@ -168,7 +169,7 @@ def softmax(x, dim, half_to_float):
 
 @register_decomposition(aten._log_softmax)
 def log_softmax(x, dim, half_to_float):
-    xf = _upcast(x)
+    xf = upcast(x)
     if x.numel() == 0:
         return xf.clone() if half_to_float else x.clone()
     shifted = xf - torch.amax(xf, dim, keepdim=True)
@@ -184,20 +185,20 @@ def softplus(x, beta=1, threshold=20):
 
 @register_decomposition(aten._softmax_backward_data.default)
 def softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _upcast(grad_output), _upcast(output)
+    g, y = upcast(grad_output), upcast(output)
     grad_input = y * (g - torch.sum(g * y, dim, keepdim=True))
     return grad_input.to(input_dtype)
 
 
 @register_decomposition(aten._log_softmax_backward_data.default)
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _upcast(grad_output), _upcast(output)
+    g, y = upcast(grad_output), upcast(output)
     grad_input = g - torch.exp(y) * torch.sum(g, dim, keepdim=True)
     return grad_input.to(input_dtype)
 
 
 def _layer_norm_stats_dtype(x, weight, bias):
-    acc = _upcast(x).dtype
+    acc = upcast(x).dtype
     if x.device.type != "cpu":
         return acc
     params = [p.dtype for p in (weight, bias) if p is not None]
@@ -207,7 +208,7 @@ def _layer_norm_stats_dtype(x, weight, bias):
 @register_decomposition(aten.native_layer_norm.default)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     dims = list(range(x.dim() - len(normalized_shape), x.dim()))
-    xf = _upcast(x)
+    xf = upcast(x)
     var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
     rstd = torch.rsqrt(var + eps)
     out = (xf - mean) * rstd
@@ -226,8 +227,8 @@ def native_layer_norm_backward(
     axis = x.dim() - len(normalized_shape)
     inner, outer = list(range(axis, x.dim())), list(range(axis))
     n = _numel(x, inner)
-    dy, rstd = _upcast(grad_out), _upcast(rstd)
-    x_hat = (_upcast(x) - _upcast(mean)) * rstd
+    dy, rstd = upcast(grad_out), upcast(rstd)
+    x_hat = (upcast(x) - upcast(mean)) * rstd
     g = dy * weight if weight is not None else dy
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
@@ -251,7 +252,7 @@ def logsumexp(x, dim, keepdim=False):
         return NotImplemented
     if not x.dtype.is_floating_point:
         x = x.to(torch.get_default_dtype())
-    xf = _upcast(x)
+    xf = upcast(x)
     if xf.numel() == 0:
         return torch.log(torch.sum(torch.exp(xf), dim, keepdim)).to(x.dtype)
 
@@ -313,7 +314,7 @@ def native_dropout(x, p, train):
 def native_dropout_backward(grad_output, mask, scale):
     # an integer or bool gradient times the float scale is float32, as in eager
     dtype = torch.result_type(grad_output, scale)
-    g = _upcast(grad_output.to(dtype))  # a half gradient is rounded once, as in eager
+    g = upcast(grad_output.to(dtype))  # a half gradient is rounded once, as in eager
     return (g * (mask.to(g.dtype) * scale)).to(dtype)
 
 
@@ -394,7 +395,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         return NotImplemented
     if dtype is not None:
         x = x.to(dtype)
-    xf = _upcast(x)
+    xf = upcast(x)
     dims = list(range(x.dim())) if dim is None or dim == [] else dim
     return torch.sqrt(torch.sum(xf * xf, dims, keepdim=keepdim)).to(x.dtype)
 
@@ -438,13 +439,14 @@ def fmin(a, b):
 
 @register_decomposition(aten.round.decimals)
 def round_decimals(x, *, decimals=0):
-    y, scale = _upcast(x), 10.0 ** abs(decimals)
+    y, scale = upcast(x), 10.0 ** abs(decimals)
     if decimals >= 0:
         return (torch.round(y * scale) / scale).to(x.dtype)
     return (torch.round(y / scale) * scale).to(x.dtype)
 
 
-_BORROWED = [
+# torch._decomp's decompositions we take by name (chapter 13 adds group norm's)
+BORROWED = [
     aten.elu,
     aten.mish,
     aten.sigmoid_backward,
@@ -577,7 +579,7 @@ _BORROWED = [
 def decomposition_table() -> dict[OpOverload, Callable[..., object]]:
     from torch._decomp import get_decompositions
 
-    table = dict(get_decompositions(_BORROWED))
+    table = dict(get_decompositions(BORROWED))
     table.update(decompositions)
     return {
         op: fn if op in MISLEADING_META else held_to_meta(op, fn)

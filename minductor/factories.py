@@ -21,31 +21,31 @@ from minductor.ir import (
 from minductor.lowering import (
     SUPPORTED_DTYPES,
     Unsupported,
-    _constant_box,
-    _stored_anyway,
     aten,
+    constant_box,
     prims,
     register_lowering,
     store_passes,
+    stored_anyway,
 )
 from minductor.ops import ops
 from minductor.pointwise import (
-    _origins,
-    _scalar,
     converting_loader,
+    origins_of,
     pointwise,
+    scalar_value,
 )
 from minductor.sizevars import FloorDiv, contiguous_strides, flat_index
 
 
 @register_lowering(aten.full)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _constant_box(fill_value, size, dtype, device)
+    return constant_box(fill_value, size, dtype, device)
 
 
 @register_lowering(aten.scalar_tensor)
 def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _constant_box(value, (), dtype or torch.get_default_dtype(), device)
+    return constant_box(value, (), dtype or torch.get_default_dtype(), device)
 
 
 @register_lowering(aten.clone, aten.lift_fresh_copy)
@@ -60,11 +60,12 @@ def copy(x, src, non_blocking=False):
         raise Unsupported("copy between devices")
     load = converting_loader(src, x.get_size(), x.get_dtype())
     return TensorBox(
-        Pointwise(x.get_device(), x.get_dtype(), load, x.get_size(), _origins([src]))
+        Pointwise(x.get_device(), x.get_dtype(), load, x.get_size(), origins_of([src]))
     )
 
 
-def _convert(x: TensorBox, dtype: torch.dtype) -> TensorBox:
+def convert_dtype(x: TensorBox, dtype: torch.dtype) -> TensorBox:
+    """x as dtype, elementwise (reductions and scatters widen and narrow with it)."""
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {dtype}")
     return pointwise(
@@ -85,12 +86,12 @@ def to_copy(
 ):
     if device is not None and torch.device(device) != x.get_device():
         raise Unsupported("copy between devices")
-    return _convert(x, dtype or x.get_dtype())
+    return convert_dtype(x, dtype or x.get_dtype())
 
 
 @register_lowering(prims.convert_element_type)
 def convert_element_type(x, dtype):
-    return _convert(x, dtype)
+    return convert_dtype(x, dtype)
 
 
 def store_narrow(graph, n: torch.fx.Node, box: TensorBox) -> bool:
@@ -103,10 +104,10 @@ def store_narrow(graph, n: torch.fx.Node, box: TensorBox) -> bool:
     narrow, wide = source.get_dtype(), box.get_dtype()
     if not (narrow.is_floating_point and wide.is_floating_point):
         return False
-    if narrow.itemsize >= wide.itemsize or _stored_anyway(n):
+    if narrow.itemsize >= wide.itemsize or stored_anyway(n):
         return False
     source.realize(graph)
-    box.data = _convert(source, wide).data
+    box.data = convert_dtype(source, wide).data
     return True
 
 
@@ -115,7 +116,7 @@ store_passes.register(store_narrow, chapter=8)
 
 def _factory(value: int) -> Callable[..., TensorBox]:
     def lowering(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-        return _constant_box(value, size, dtype or torch.get_default_dtype(), device)
+        return constant_box(value, size, dtype or torch.get_default_dtype(), device)
 
     return lowering
 
@@ -127,7 +128,7 @@ register_lowering(aten.ones)(_factory(1))
 def _new(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
     def lowering(x, size, *args, dtype=None, layout=None, device=None, pin_memory=None):
         dtype, device = dtype or x.get_dtype(), device or x.get_device()
-        return _constant_box(value_of(args), size, dtype, device)
+        return constant_box(value_of(args), size, dtype, device)
 
     return lowering
 
@@ -140,13 +141,13 @@ register_lowering(aten.new_empty, aten.new_empty_strided)(_new(lambda args: 0))
 
 @register_lowering(aten.empty.memory_format, aten.empty_strided)
 def empty(size, *stride, dtype=None, layout=None, device=None, **unused):
-    return _constant_box(0, size, dtype or torch.get_default_dtype(), device)
+    return constant_box(0, size, dtype or torch.get_default_dtype(), device)
 
 
 def _like(value_of: Callable[[tuple], Any]) -> Callable[..., TensorBox]:
     def lowering(x, *args, dtype=None, device=None, memory_format=None, **unused):
         dtype, device = dtype or x.get_dtype(), device or x.get_device()
-        return _constant_box(value_of(args), x.get_size(), dtype, device)
+        return constant_box(value_of(args), x.get_size(), dtype, device)
 
     return lowering
 
@@ -178,8 +179,8 @@ def _affine(first: Any, step: Any, i: Any, compute: torch.dtype) -> Any:
     """first + step * i, with i an int64 value, computed in `compute`."""
     if compute != torch.int64:
         i = ops.to_dtype(i, compute)
-    scaled = ops.mul(_scalar(step, compute), i)
-    return ops.add(_scalar(first, compute), scaled)
+    scaled = ops.mul(scalar_value(step, compute), i)
+    return ops.add(scalar_value(first, compute), scaled)
 
 
 def _range_box(length: int, dtype, device, at: Callable[[Any], Any]) -> TensorBox:
@@ -236,7 +237,7 @@ def linspace(
     if not dtype.is_floating_point:  # eager truncates a float it computes per device
         raise Unsupported(f"linspace of {dtype}")
     if steps <= 1:  # no step to take: empty, or just start
-        return _constant_box(start, [steps], dtype, device)
+        return constant_box(start, [steps], dtype, device)
     compute, step = _float_compute(dtype), (end - start) / (steps - 1)
 
     def at(i):

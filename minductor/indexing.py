@@ -32,13 +32,13 @@ from minductor.lowering import (
     register_lowering,
 )
 from minductor.pointwise import (
-    _device,
-    _origins,
+    common_device,
+    origins_of,
     broadcast_loader,
     broadcast_shapes,
     converting_loader,
 )
-from minductor.factories import _convert, clone
+from minductor.factories import convert_dtype, clone
 from minductor.ops import NullHandler, ops, set_handler
 from minductor.sizevars import index_vars, product
 from minductor.views import view
@@ -76,11 +76,11 @@ def _gathered(x: TensorBox, index: TensorBox, ranges, where: Callable) -> Tensor
     loader = x.make_loader()
     return TensorBox(
         Pointwise(
-            _device([x, index]),
+            common_device([x, index]),
             x.get_dtype(),
             lambda i: loader(where(i)),
             tuple(ranges),
-            _origins([x, index]),
+            origins_of([x, index]),
         )
     )
 
@@ -201,8 +201,9 @@ def _scatter(graph, x, ranges, where, value, mode, origin: str, into=None) -> Te
             raise Unsupported(f"a sum of {x.get_dtype()} in place, unwidened")
         wide = WIDENED[x.get_dtype()]
         widened = lambda i: ops.to_dtype(value(i), wide)  # noqa: E731
-        summed = _scatter(graph, _convert(x, wide), ranges, where, widened, mode, origin)
-        return _convert(summed, x.get_dtype())
+        wide_x = convert_dtype(x, wide)
+        summed = _scatter(graph, wide_x, ranges, where, widened, mode, origin)
+        return convert_dtype(summed, x.get_dtype())
     if mode == "atomic_add" and x.get_dtype() not in ATOMIC_ADD_DTYPES:
         raise Unsupported(f"atomic add of {x.get_dtype()}")
     target = into if into is not None else graph.realize_intermediate(clone(x))
@@ -317,7 +318,7 @@ def copy_(graph, dst, src, non_blocking=False):
         target.get_dtype(),
         converting_loader(src, size, target.get_dtype()),
         tuple(size),
-        _origins([src]) | {"copy_"},
+        origins_of([src]) | {"copy_"},
         target.layout.make_indexer(),
     )
     buf = MutationBuffer(graph.new_buffer_name(), target.layout, body, target)

@@ -98,7 +98,9 @@ def _default_dtype(value: Any) -> torch.dtype:
     return torch.get_default_dtype()
 
 
-def _constant_box(value, size, dtype, device) -> TensorBox:
+def constant_box(value, size, dtype, device) -> TensorBox:
+    """A tensor of `size` filled with value: the factories and views of chapters 8-10
+    build their constants with it."""
     dtype = dtype or _default_dtype(value)
     device = torch.device(device or "cpu")
     if dtype not in SUPPORTED_DTYPES:
@@ -213,9 +215,10 @@ def _same_order(layout: FixedLayout, stride: Sequence[int]) -> bool:
     return by_ours == by_eager and _no_overlap(layout.size, ours)
 
 
-def _dense(size, stride) -> bool:
+def is_dense(size, stride) -> bool:
     """Whether a tensor of this size and stride fills its memory, each element once:
-    ordered by stride, each dimension's stride is the product of the sizes inside it."""
+    ordered by stride, each dimension's stride is the product of the sizes inside it.
+    Chapter 9 asks it of views."""
     expected = 1
     for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
         if st != expected:
@@ -327,7 +330,7 @@ class GraphLowering(torch.fx.Interpreter):
             device = self.device if value.dim() == 0 and self.device else value.device
             with unset_fake_temporarily():  # we compile inside Dynamo's fake mode
                 number = value.item()
-            return _constant_box(number, value.shape, value.dtype, device)
+            return constant_box(number, value.shape, value.dtype, device)
         # a real tensor: one more input, which the compiled graph passes itself
         name = self.current_node.name
         self.constants[name] = value
@@ -687,7 +690,7 @@ class GraphLowering(torch.fx.Interpreter):
             counts.count > config.realize_opcount_threshold
             or counts.reads > config.realize_reads_threshold
         )
-        stored = counts.reads > 0 and _stored_anyway(n)
+        stored = counts.reads > 0 and stored_anyway(n)
         several = len(n.users) > 1
         too_big = counts.count > config.inline_opcount_limit
         if (several and (heavy or stored)) or too_big:
@@ -695,9 +698,9 @@ class GraphLowering(torch.fx.Interpreter):
                 box.realize(self)
 
 
-def _stored_anyway(n: torch.fx.Node) -> bool:
+def stored_anyway(n: torch.fx.Node) -> bool:
     """Whether a reader of n's value needs it in memory (an extern kernel or a
-    fallback), directly or through views of it."""
+    fallback), directly or through views of it. Chapter 8 asks it before copying."""
     return any(
         r.op == "call_function"
         and r.target is not operator.getitem

@@ -67,7 +67,9 @@ def broadcast_loader(box: TensorBox, shape: Sequence[sympy.Expr]) -> Callable:
     return load
 
 
-def _origins(args: Sequence[Any]) -> frozenset[str]:
+def origins_of(args: Sequence[Any]) -> frozenset[str]:
+    """The ATen ops that computed args: every lowering that builds a `Pointwise` by
+    hand passes them on, for kernel names."""
     found: set[str] = set()
     for a in args:
         if isinstance(a, TensorBox) and isinstance(a.data, Pointwise):
@@ -75,15 +77,16 @@ def _origins(args: Sequence[Any]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _device(args: Sequence[Any]) -> torch.device:
+def common_device(args: Sequence[Any]) -> torch.device:
+    """The one device of the tensors among args (views and indexing check it too)."""
     devices = {a.get_device() for a in args if isinstance(a, TensorBox)}
     if len(devices) != 1:
         raise Unsupported(f"pointwise op on devices {devices}")
     return devices.pop()
 
 
-def _scalar(value: Any, dtype: torch.dtype) -> Any:
-    """A number, or a size such as s0, as a value in the body."""
+def scalar_value(value: Any, dtype: torch.dtype) -> Any:
+    """A number, or a size such as s0, as a value in the body (any lowering's body)."""
     if isinstance(value, sympy.Expr) and not value.is_number:
         return ops.index_expr(value, dtype)
     return ops.constant(value, dtype)
@@ -92,7 +95,7 @@ def _scalar(value: Any, dtype: torch.dtype) -> Any:
 def converting_loader(arg: Any, shape, dtype: torch.dtype) -> Callable:
     """Load `arg` (a TensorBox, a number or a size) broadcast to `shape`, as `dtype`."""
     if not isinstance(arg, TensorBox):
-        return lambda index: _scalar(arg, dtype)
+        return lambda index: scalar_value(arg, dtype)
     loader = broadcast_loader(arg, shape)
     if arg.get_dtype() == dtype:
         return loader
@@ -108,7 +111,7 @@ def pointwise(
     compute, result = dtypes or promote(args, kind)
     boxes = [a for a in args if isinstance(a, TensorBox)]
     shape = broadcast_shapes(*[b.get_size() for b in boxes])
-    device = _device(args)
+    device = common_device(args)
 
     loaders = [converting_loader(a, shape, compute) for a in args]
     natural = torch.bool if kind is Kind.ALWAYS_BOOL else compute
@@ -117,7 +120,7 @@ def pointwise(
         value = fn(*[load(index) for load in loaders])
         return value if natural == result else ops.to_dtype(value, result)
 
-    return TensorBox(Pointwise(device, result, inner_fn, shape, _origins(args)))
+    return TensorBox(Pointwise(device, result, inner_fn, shape, origins_of(args)))
 
 
 def make_pointwise(op_name: str, kind: Kind = Kind.DEFAULT) -> Callable[..., TensorBox]:
@@ -339,8 +342,9 @@ def _where(cond: TensorBox, a: Any, b: Any, dtype: torch.dtype) -> TensorBox:
     def inner_fn(index):
         return ops.where(load_cond(index), load_a(index), load_b(index))
 
-    device = _device([cond, a, b])
-    return TensorBox(Pointwise(device, dtype, inner_fn, shape, _origins([cond, a, b])))
+    device = common_device([cond, a, b])
+    origins = origins_of([cond, a, b])
+    return TensorBox(Pointwise(device, dtype, inner_fn, shape, origins))
 
 
 # prims.fma(a, b, c) = a * b + c, which torch's decompositions of addcmul and addcdiv

@@ -10,22 +10,21 @@ import sympy
 import torch
 
 from minductor.capture import aten_passes
-from minductor.factories import _convert
+from minductor.factories import convert_dtype
 from minductor.config import config
 from minductor.ir import Index, Pointwise, Reduction, Scan, TensorBox
 from minductor.lowering import (
     SUPPORTED_DTYPES,
     GraphLowering,
     Unsupported,
-    _constant_box,
+    constant_box,
     aten,
     reduction_passes,
     register_lowering,
 )
 from minductor.pointwise import (
-    _is_float,
-    _origins,
-    _scalar,
+    origins_of,
+    scalar_value,
     converting_loader,
     pointwise,
 )
@@ -104,7 +103,7 @@ def make_reduction(
             reduction_ranges,
             reduction_type,
             acc_dtype,
-            _origins([x]),
+            origins_of([x]),
             output_index,
             "outer" if outer else "inner",
         )
@@ -114,7 +113,7 @@ def make_reduction(
 def _sum_dtype(x: TensorBox, dtype: torch.dtype | None) -> torch.dtype:
     if dtype is not None:
         return dtype
-    return x.get_dtype() if _is_float(x.get_dtype()) else torch.int64
+    return x.get_dtype() if x.get_dtype().is_floating_point else torch.int64
 
 
 @register_lowering(aten.sum.default, aten.sum.dim_IntList)
@@ -279,7 +278,7 @@ def min_dim(x, dim, keepdim=False):
 
 def _welford(graph, x, dims, keepdim) -> tuple[TensorBox, TensorBox, sympy.Expr]:
     """The mean and m2 of x over dims (both realized), and the count."""
-    if not _is_float(x.get_dtype()):
+    if not x.get_dtype().is_floating_point:
         raise Unsupported(f"variance of {x.get_dtype()}")
     acc = _accumulator(x.get_dtype())
     size = x.get_size()
@@ -347,12 +346,13 @@ def _split_welford(graph, x, dims, keepdim, whole: Reduction, splits: int, count
     load_d = deviations.make_loader()
 
     def mean_fn(index):  # K + sum(d_i) / S
-        return ops.add(load_k(index), ops.truediv(load_d(index), _scalar(splits, acc)))
+        count = scalar_value(splits, acc)
+        return ops.add(load_k(index), ops.truediv(load_d(index), count))
 
     def m2_fn(m2_sum, d_sum, d2_sum):  # sum(m2_i) + n * (sum(d_i^2) - sum(d_i)^2 / S)
-        squared = ops.truediv(ops.mul(d_sum, d_sum), _scalar(splits, acc))
+        squared = ops.truediv(ops.mul(d_sum, d_sum), scalar_value(splits, acc))
         spread = ops.sub(d2_sum, squared)
-        return ops.add(m2_sum, ops.mul(_scalar(piece, acc), spread))
+        return ops.add(m2_sum, ops.mul(scalar_value(piece, acc), spread))
 
     mean = TensorBox(Pointwise(x.get_device(), acc, mean_fn, tuple(ranges)))
     mean = pointwise(lambda m: m, [mean], dtypes=(acc, x.get_dtype()))
@@ -368,7 +368,7 @@ def _variance(x, m2: TensorBox, count, correction, root: bool) -> TensorBox:
     denominator = sympy.Max(0, count - sympy.nsimplify(correction))
 
     def finish(m):  # a symbolic count, max(0, s0 - 1), is computed in the kernel
-        var = ops.truediv(m, _scalar(denominator, acc))
+        var = ops.truediv(m, scalar_value(denominator, acc))
         return ops.sqrt(var) if root else var
 
     return pointwise(finish, [m2], dtypes=(acc, x.get_dtype()))
@@ -477,7 +477,7 @@ def softmax_stats(graph, x, dim):
 
 @register_lowering(aten.nll_loss_forward, graph=True)
 def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
-    if len(x.get_size()) != 2 or not _is_float(x.get_dtype()):
+    if len(x.get_size()) != 2 or not x.get_dtype().is_floating_point:
         raise Unsupported("nll_loss over a batch of float rows only")
     acc = _accumulator(x.get_dtype())
     classes = int(x.get_size()[1])
@@ -509,7 +509,7 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
                 x.get_size()[1:],
                 "sum",
                 acc,
-                _origins([x]),
+                origins_of([x]),
             )
         )
         graph.realize_intermediate(box)
@@ -517,7 +517,7 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
 
     def per_row(fn: Callable[[Index], Any]) -> TensorBox:
         size = x.get_size()[:1]
-        return TensorBox(Pointwise(x.get_device(), acc, fn, size, _origins([x])))
+        return TensorBox(Pointwise(x.get_device(), acc, fn, size, origins_of([x])))
 
     load_loss = over_classes(True).make_loader()
 
@@ -535,18 +535,18 @@ def nll_loss_forward(graph, x, target, weight, reduction, ignore_index):
     else:
         counted = over_classes(False)
     if reduction == 0:  # "none"
-        zero = _constant_box(0.0, (), x.get_dtype(), x.get_device())
-        return _convert(losses, x.get_dtype()), zero
+        zero = constant_box(0.0, (), x.get_dtype(), x.get_device())
+        return convert_dtype(losses, x.get_dtype()), zero
     total = make_reduction(losses, [0], False, "sum", acc, acc)
     total_weight = make_reduction(counted, [0], False, "sum", acc, acc)
     for box in (total, total_weight):
         graph.realize_intermediate(box)
     if reduction == 2:  # "sum"
-        loss = _convert(total, x.get_dtype())
+        loss = convert_dtype(total, x.get_dtype())
     else:
         dtypes = (acc, x.get_dtype())
         loss = pointwise(ops.truediv, [total, total_weight], dtypes=dtypes)
-    return loss, _convert(total_weight, x.get_dtype())
+    return loss, convert_dtype(total_weight, x.get_dtype())
 
 
 def make_scan(
@@ -560,7 +560,7 @@ def make_scan(
     if not n.is_Integer:
         raise Unsupported(f"{scan_type} over a dimension of symbolic size {n}")
     if n <= 1:  # nothing to combine: each element is its own partial result
-        return _convert(x, dtype)
+        return convert_dtype(x, dtype)
     if n > config.persistent_reduction_limit:
         raise Unsupported(f"{scan_type} over {n} elements: more than one block holds")
     loader = x.make_loader()
@@ -572,7 +572,7 @@ def make_scan(
         return ops.to_dtype(value, acc) if acc != dtype else value
 
     ranges = (*size[:dim], *size[dim + 1 :])
-    body = (inner_fn, ranges, (n,), scan_type, acc, _origins([x]))
+    body = (inner_fn, ranges, (n,), scan_type, acc, origins_of([x]))
     return TensorBox(Scan(x.get_device(), dtype, *body, dim=dim))
 
 
@@ -590,7 +590,7 @@ def cumprod(x, dim, *, dtype=None):
 
 @register_lowering(aten.logcumsumexp.default)
 def logcumsumexp(x, dim):
-    if not _is_float(x.get_dtype()):
+    if not x.get_dtype().is_floating_point:
         raise Unsupported(f"logcumsumexp of {x.get_dtype()}")
     out = x.get_dtype()
     return make_scan(x, dim, "logcumsumexp", out, _accumulator(out))

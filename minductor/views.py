@@ -29,17 +29,17 @@ from minductor.lowering import (
     SUPPORTED_DTYPES,
     CannotCompile,
     Unsupported,
-    _constant_box,
-    _dense,
     aten,
+    constant_box,
+    is_dense,
     register_lowering,
 )
 from minductor.ops import ops
 from minductor.pointwise import (
-    _device,
-    _origins,
-    _scalar,
+    common_device,
     converting_loader,
+    origins_of,
+    scalar_value,
 )
 from minductor.sizevars import (
     FloorDiv,
@@ -392,7 +392,7 @@ def _eager_storage_strides(graph, x: TensorBox) -> list[sympy.Expr] | None:
     if meta.is_contiguous():
         return contiguous_strides(x.get_size())
     stride = meta.stride()
-    if all(type(s) is int for s in stride) and _dense(meta.shape, stride):
+    if all(type(s) is int for s in stride) and is_dense(meta.shape, stride):
         return as_exprs(stride)  # a permutation of contiguous: a transposed tensor
     return None
 
@@ -483,8 +483,8 @@ def _triangle(upper: bool) -> Callable[..., TensorBox]:
             keep = ops.ge(above, bound) if upper else ops.le(above, bound)
             return ops.where(keep, load(index), ops.constant(0, dtype))
 
-        size = x.get_size()
-        return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, _origins([x])))
+        size, device = x.get_size(), x.get_device()
+        return TensorBox(Pointwise(device, dtype, inner_fn, size, origins_of([x])))
 
     return lowering
 
@@ -501,8 +501,8 @@ def _within(expr: sympy.Expr, lo: Any, hi: Any) -> Any:
     """lo <= expr < hi, as a boolean value (the bounds may be symbolic sizes)."""
     value = _index_value(expr)
     return ops.logical_and(
-        ops.ge(value, _scalar(lo, torch.int64)),
-        ops.lt(value, _scalar(hi, torch.int64)),
+        ops.ge(value, scalar_value(lo, torch.int64)),
+        ops.lt(value, scalar_value(hi, torch.int64)),
     )
 
 
@@ -516,7 +516,7 @@ def constant_pad_nd(x, pad, value=0):
         new[d] = size[d] + low + high
         shifts[d] = (low, size[d])
     if any(n == 0 for _, n in shifts.values()):  # nothing to read: all fill
-        return _constant_box(value, new, dtype, x.get_device())
+        return constant_box(value, new, dtype, x.get_device())
     load = x.make_loader()
 
     def inner_fn(index):
@@ -531,7 +531,7 @@ def constant_pad_nd(x, pad, value=0):
             return loaded
         return ops.where(inside, loaded, ops.constant(value, dtype))
 
-    box = Pointwise(x.get_device(), dtype, inner_fn, tuple(new), _origins([x]))
+    box = Pointwise(x.get_device(), dtype, inner_fn, tuple(new), origins_of([x]))
     return TensorBox(box)
 
 
@@ -561,7 +561,7 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
         source[d] = sympy.Min(FloorDiv(position, step), count - 1)
         return ops.where(inside, load_src(source), load_x(index))
 
-    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins_of([x, src]))
     return TensorBox(box)
 
 
@@ -575,10 +575,10 @@ def select_scatter(x, src, dim, index):
     load_src = converting_loader(src, src.get_size(), x.get_dtype())
 
     def inner_fn(i):
-        hit = ops.eq(_index_value(i[d]), _scalar(index, torch.int64))
+        hit = ops.eq(_index_value(i[d]), scalar_value(index, torch.int64))
         return ops.where(hit, load_src(list(i[:d]) + list(i[d + 1 :])), load_x(i))
 
-    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins_of([x, src]))
     return TensorBox(box)
 
 
@@ -602,7 +602,7 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
         value = load_src([*rest, sympy.Min(along, sympy.Max(length - 1, 0))])
         return ops.where(on, value, load_x(i))
 
-    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, _origins([x, src]))
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, size, origins_of([x, src]))
     return TensorBox(box)
 
 
@@ -611,7 +611,7 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
     offset = storage_offset or 0
     static = all(isinstance(v, int) for v in (*size, *stride, offset))
     eager = _eager_storage_strides(graph, x)
-    if not (static and eager is not None and _dense(size, stride)):
+    if not (static and eager is not None and is_dense(size, stride)):
         raise Unsupported("as_strided_scatter: not a dense window on a plain tensor")
     full = x.get_size()
     count = product(size)
@@ -624,7 +624,7 @@ def as_strided_scatter(graph, x, src, size, stride, storage_offset=None):
         source = [ModularIndexing(at, st, n) for n, st in zip(size, stride)]
         return ops.where(_within(position, 0, count), load_src(source), load_x(index))
 
-    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, full, _origins([x, src]))
+    box = Pointwise(x.get_device(), x.get_dtype(), inner_fn, full, origins_of([x, src]))
     return TensorBox(box)
 
 
@@ -655,7 +655,8 @@ def _pointwise_cat(tensors, dim, size, dtype, device) -> TensorBox:
             value = loaded if value is None else ops.where(_within(at, 0, length), loaded, value)
         return value
 
-    return TensorBox(Pointwise(device, dtype, inner_fn, tuple(size), _origins(tensors)))
+    size, origins = tuple(size), origins_of(tensors)
+    return TensorBox(Pointwise(device, dtype, inner_fn, size, origins))
 
 
 def _one_kernel_writes(graph, tensors: list[TensorBox]) -> bool:
@@ -673,7 +674,7 @@ def _one_kernel_writes(graph, tensors: list[TensorBox]) -> bool:
 @register_lowering(aten.cat, graph=True)
 def cat(graph, tensors, dim=0):
     dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
-    device = _device(tensors)
+    device = common_device(tensors)
     tensors = [t for t in tensors if list(t.get_size()) != [0]] or tensors[:1]
     size = list(tensors[0].get_size())
     dim = _dim(dim, len(size))
@@ -695,7 +696,7 @@ def cat(graph, tensors, dim=0):
             offset = start * layout.stride[dim]
             slot = NonOwningLayout(device, dtype, tuple(part), layout.stride, offset, name)
             load = converting_loader(t, part, dtype)
-            origins = _origins([t]) | {"cat"}
+            origins = origins_of([t]) | {"cat"}
             body = Pointwise(device, dtype, load, tuple(part), origins)
             piece = ComputedBuffer(graph.new_buffer_name(), slot, body)
             graph.register_buffer(piece)

@@ -12,7 +12,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.decompositions import (
-    _BORROWED,
+    BORROWED,
     decomposition_table,
     decompositions,
     register_decomposition,
@@ -420,7 +420,7 @@ def test_table_has_ours_and_the_borrowed_ones():
     for op, fn in decompositions.items():
         checked = getattr(table[op], "__wrapped__", table[op])  # held_to_meta's
         assert checked is fn
-    for borrowed in _BORROWED:  # some have no .default (masked_fill.Scalar, .Tensor)
+    for borrowed in BORROWED:  # some have no .default (masked_fill.Scalar, .Tensor)
         if isinstance(borrowed, torch._ops.OpOverload):  # one overload of a packet
             assert borrowed in table, borrowed
         else:

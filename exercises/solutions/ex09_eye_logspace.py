@@ -45,7 +45,7 @@ from minductor.factories import _affine, _float_compute, _numbers, _range_box
 from minductor.ir import Pointwise, TensorBox, as_exprs
 from minductor.lowering import (
     Unsupported,
-    _constant_box,
+    constant_box,
     lowerings,
     register_lowering,
 )
@@ -130,7 +130,7 @@ def lower_eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=Non
 # Decline (raise `Unsupported`) what you do not handle: integer dtypes, whose eager
 # rounding rules differ per device; `_numbers(start, end, steps)` declines tensor or
 # boolean bounds for you. With `steps` 0 or 1 there is no step: the result is
-# `[base ** start]` or empty (`_constant_box(value, size, dtype, device)`).
+# `[base ** start]` or empty (`constant_box(value, size, dtype, device)`).
 
 
 # %%
@@ -144,7 +144,7 @@ def lower_logspace(
     if not dtype.is_floating_point:
         raise Unsupported(f"logspace of {dtype}")
     if steps <= 1:
-        return _constant_box(float(base) ** start, [steps], dtype, device)
+        return constant_box(float(base) ** start, [steps], dtype, device)
     compute, step = _float_compute(dtype), (end - start) / (steps - 1)
 
     def at(i):

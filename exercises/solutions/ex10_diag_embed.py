@@ -50,7 +50,7 @@ from minductor.capture import record_compiled
 from minductor.ir import Pointwise, TensorBox
 from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
-from minductor.pointwise import _origins
+from minductor.pointwise import origins_of
 from minductor.views import _index_value, _within
 
 aten = torch.ops.aten
@@ -99,7 +99,7 @@ print(torch.diag_embed(v, dim1=0, dim2=2).shape)
 # the position along the diagonal (`i` for a non-negative offset, `j` otherwise),
 # and `0` elsewhere.
 #
-# Build a `Pointwise(device, dtype, inner_fn, size, _origins([x]))`. In `inner_fn`,
+# Build a `Pointwise(device, dtype, inner_fn, size, origins_of([x]))`. In `inner_fn`,
 # the test `j - i == offset` is a value: `_index_value(expr)` makes one from an index
 # expression, `ops.eq` compares. Off the diagonal, `k` can reach past `x`'s end,
 # and a `where` does not stop the load from happening: clamp `k` into `[0, n)` with
@@ -128,7 +128,7 @@ def lower_diag_embed(x, offset=0, dim1=-2, dim2=-1):
         on_diagonal = ops.eq(_index_value(j - i), _index_value(sympy.Integer(offset)))
         return ops.where(on_diagonal, load(source), ops.constant(0, dtype))
 
-    box = Pointwise(x.get_device(), dtype, inner_fn, tuple(new), _origins([x]))
+    box = Pointwise(x.get_device(), dtype, inner_fn, tuple(new), origins_of([x]))
     return TensorBox(box)
     # END SOLUTION
 
