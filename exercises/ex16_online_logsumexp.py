@@ -52,7 +52,12 @@ import torch
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
-from minductor.codegen_triton import TRITON_DTYPES, KernelOpsHandler, kernel_op
+from minductor.codegen_triton import (
+    TRITON_DTYPES,
+    KernelKind,
+    KernelOpsHandler,
+    kernel_op,
+)
 from minductor.decompositions import decompositions
 from minductor.lowering import lowerings, register_lowering
 from minductor.reductions import make_reduction
@@ -116,7 +121,7 @@ print(graph.kernel_names)
 # the function returns the name of the temporary that holds each row's result, a
 # `[XBLOCK, 1]` column. Use the kernel's tools:
 #
-# - `k.kind`: `"poi"`, `"per"` or `"red"`;
+# - `k.kind`: `KernelKind.POINTWISE`, `PERSISTENT` or `LOOPED`;
 # - `k.newvar(expr)` names an expression in the body (inside the loop of a looped
 #   kernel), `k.newvar(expr, True)` one after the loop;
 # - `k.accumulator(init)` declares a tile before the loop, and `k.lines.append(line)`

@@ -216,7 +216,7 @@ print(call_lines(plain_source))
 # For each kernel (`scheduler.nodes`, leaving out `node.is_extern()` ones) and each of
 # its members (`node.snodes`, each a `SchedulerNode` whose `node` is the output buffer
 # and whose `get_name()` is its name) that `stores_plainly`, try the names it reads
-# (`member.read_names()`) in sorted order, and give the member the first `old` that
+# (`member.read_names`) in sorted order, and give the member the first `old` that
 #
 # * is not a graph output, nor made by a member of the same kernel;
 # * is not a graph input (`scheduler.graph.graph_inputs`), unless it is donated and
@@ -237,7 +237,7 @@ def readers_of(scheduler):
     readers = {}
     for node in scheduler.nodes:
         for member in getattr(node, "snodes", (node,)):
-            for name in member.read_names():
+            for name in member.read_names:
                 readers.setdefault(name, set()).add(member.get_name())
     return readers
 

@@ -9,6 +9,8 @@ from minductor.codegen_triton import (
     MIN_PROGRAMS,
     TRITON_DTYPES,
     KernelKind,
+    KindCodegen,
+    PerCallBlocks,
     TritonKernel,
     fill_the_gpu,
     kernel_op,
@@ -57,13 +59,13 @@ def reduce_tile(k, src_dtype, reduction_type, value):
         return welford_reduction(k, src_dtype, value)
     if reduction_type == "online_softmax_reduce":
         return online_softmax_reduction(k, src_dtype, value)
-    if k.kind == "poi":  # every reduced dimension has size 1: nothing to combine
-        return value
+    if k.kind is KernelKind.POINTWISE:  # every reduced dimension has size 1: nothing
+        return value  # to combine
     identity = reduction_identity(reduction_type, src_dtype)
     combine = REDUCTIONS[reduction_type][0]
     final = final_step(reduction_type, src_dtype)
     spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
-    if k.kind == "per":  # the whole row is in registers: mask, then reduce
+    if k.kind is KernelKind.PERSISTENT:  # the row is in registers: mask, then reduce
         masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
         return k.newvar(final.format(masked))
     acc = k.accumulator(
@@ -97,13 +99,13 @@ def final_step(reduction_type: str, dtype: torch.dtype) -> str:
 
 def arg_reduction(k, reduction_type: str, src_dtype, value: str, position: str):
     """argmax/argmin: the first position that holds the row's best value."""
-    if k.kind == "poi":
+    if k.kind is KernelKind.POINTWISE:
         return position
     extremum = "max" if reduction_type == "argmax" else "min"
     identity = reduction_identity(extremum, src_dtype)
     value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
     position = k.newvar(f"tl.broadcast_to({position}, [XBLOCK, RBLOCK])")
-    looped = k.kind == "red"
+    looped = k.kind is KernelKind.LOOPED
     if looped:  # each lane keeps its best (value, position) across chunks
         dtype = TRITON_DTYPES[src_dtype]
         best = k.accumulator(f"tl.full([XBLOCK, RBLOCK], {identity}, {dtype})")
@@ -126,11 +128,11 @@ LAST_POSITION = 2**63 - 1  # loses every tie
 def welford_reduction(k, src_dtype, value: str):
     """(mean, m2, count) of the values, in one pass over memory."""
     dtype = TRITON_DTYPES[src_dtype]
-    if k.kind == "poi":  # one element: itself, no spread, a count of one
+    if k.kind is KernelKind.POINTWISE:  # one element: itself, no spread, a count of 1
         zero = k.newvar(f"tl.full([XBLOCK], 0, {dtype})")
         return value, zero, k.newvar(f"tl.full([XBLOCK], 1, {dtype})")
     value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
-    if k.kind == "per":  # the row is in registers: two passes over them are free
+    if k.kind is KernelKind.PERSISTENT:  # the row is in registers: two passes are free
         count = k.newvar(f"tl.sum(rmask.to({dtype}), 1)[:, None]")
         masked = k.newvar(f"tl.where(xmask & rmask, {value}, 0)")
         mean = k.newvar(f"tl.sum({masked}, 1)[:, None] / {count}")
@@ -158,11 +160,11 @@ def welford_reduction(k, src_dtype, value: str):
 def online_softmax_reduction(k, src_dtype, value: str):
     """(max, sum of exp(x - max)) of the values, in one pass over memory."""
     dtype, exp = TRITON_DTYPES[src_dtype], k.overrides.exp
-    if k.kind == "poi":
+    if k.kind is KernelKind.POINTWISE:
         return value, k.newvar(exp(f"{value} - {value}"))
     value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
     lowest = 'float("-inf")'
-    if k.kind == "per":
+    if k.kind is KernelKind.PERSISTENT:
         masked = k.newvar(f"tl.where(xmask & rmask, {value}, {lowest})")
         top = k.newvar(f"helpers.max_with_nan({masked}, 1)[:, None]")
         terms = k.newvar(f"tl.where(xmask & rmask, {exp(f'{value} - {top}')}, 0)")
@@ -192,7 +194,7 @@ SCANS = {
 @kernel_op
 def scan(self, src_dtype, scan_type, value):
     k = self.kernel
-    assert k.kind == "per", "a scan's kernel holds whole rows (chapter 14)"
+    assert k.kind is KernelKind.PERSISTENT, "a scan's kernel holds whole rows (ch. 14)"
     identity, template = SCANS[scan_type]
     spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
     masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
@@ -201,17 +203,21 @@ def scan(self, src_dtype, scan_type, value):
 
 
 def reduction_config(
-    numel: int, rnumel: int, kind: str, interpret: bool = False, inner: bool = True
+    numel: int,
+    rnumel: int,
+    kind: KernelKind,
+    interpret: bool = False,
+    inner: bool = True,
 ) -> dict[str, int]:
     """Block sizes for a reduction: the whole row if persistent, else 1024 chunks."""
     if not inner and not interpret:
         return outer_reduction_config(numel, rnumel, kind)
-    rblock = next_power_of_2(rnumel) if kind == "per" else 1024
+    rblock = next_power_of_2(rnumel) if kind is KernelKind.PERSISTENT else 1024
     # a GPU program keeps its tile in registers; the interpreter pays per program
     # instead, so it takes tiles 16 times larger
     budget = 65536 if interpret else 4096
     xblock = min(next_power_of_2(max(numel, 1)), max(1, budget // rblock))
-    if kind == "red" and inner and not interpret:
+    if kind is KernelKind.LOOPED and inner and not interpret:
         xblock = 1  # one long contiguous row per program streams best (H200 sweep)
         if numel < MIN_PROGRAMS:  # few rows: more loads in flight per program
             return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
@@ -221,10 +227,10 @@ def reduction_config(
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
 
 
-def outer_reduction_config(numel: int, rnumel: int, kind: str) -> dict[str, int]:
+def outer_reduction_config(numel: int, rnumel: int, kind: KernelKind) -> dict[str, int]:
     """Memory runs along the outputs: a tile wide in x, short in r, is coalesced."""
     xblock, rblock, num_warps = OUTER_REDUCTION_BLOCKS
-    if kind == "per":
+    if kind is KernelKind.PERSISTENT:
         rblock = next_power_of_2(rnumel)
     xblock = min(xblock, next_power_of_2(max(numel, 1)))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": num_warps}
@@ -237,8 +243,9 @@ def reduction_blocks(kernel, node, numel: int, rnumel: int, interpret: bool):
     inner = is_inner_reduction(node) or has_scan(node)  # a scan's row is whole
     meta = reduction_config(numel, rnumel, kernel.kind, interpret, inner)
     per_call = None
-    if kernel.kind == "per" and not kernel.rnumel.is_Integer:
-        per_call = "inner" if is_inner_reduction(node) else "outer"
+    if kernel.kind is KernelKind.PERSISTENT and not kernel.rnumel.is_Integer:
+        inner = is_inner_reduction(node)
+        per_call = PerCallBlocks.INNER if inner else PerCallBlocks.OUTER
     return meta, per_call
 
 
@@ -252,7 +259,7 @@ def reduction_lines(
         mask_line("xmask", kernel.numel, meta["XBLOCK"], "[XBLOCK, 1]"),
     ]
     rmask = mask_line("rmask", kernel.rnumel, meta["RBLOCK"], "[1, RBLOCK]")
-    if kernel.kind == "per":
+    if kernel.kind is KernelKind.PERSISTENT:
         return head + [
             f"rindex = tl.arange(0, RBLOCK)[None, :]{lanes}",
             rmask,
@@ -276,6 +283,6 @@ def reduction_lines(
     ]
 
 
-reduction_kind = KernelKind(reduction_blocks, reduction_lines)
-KERNEL_KINDS.register(reduction_kind, chapter=16, name="per")
-KERNEL_KINDS.register(reduction_kind, chapter=16, name="red")
+reduction_kind = KindCodegen(reduction_blocks, reduction_lines)
+KERNEL_KINDS.register(reduction_kind, chapter=16, name=KernelKind.PERSISTENT)
+KERNEL_KINDS.register(reduction_kind, chapter=16, name=KernelKind.LOOPED)

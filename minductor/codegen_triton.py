@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 import sympy
 import torch
@@ -188,10 +189,21 @@ class KernelArgs:
         return [ptr for names in pointers for ptr in names.values()]
 
 
-def kernel_kind(rsizes, persistent: bool) -> str:
+class KernelKind(str, Enum):
+    """A kernel's kind, valued by its name's prefix: `triton_poi_fused_add_0`."""
+
+    POINTWISE = "poi"
+    PERSISTENT = "per"  # a reduction holding whole rows in registers
+    LOOPED = "red"  # a reduction looping over each row
+
+    def __str__(self) -> str:  # in an f-string too: the prefix
+        return self.value
+
+
+def kernel_kind(rsizes, persistent: bool) -> KernelKind:
     if not rsizes:
-        return "poi"
-    return "per" if persistent else "red"
+        return KernelKind.POINTWISE
+    return KernelKind.PERSISTENT if persistent else KernelKind.LOOPED
 
 
 class TritonKernel:
@@ -254,7 +266,7 @@ class TritonKernel:
         self.size_symbols |= index.free_symbols - lanes
         self.indexes.add(index)
         if not index.free_symbols & lanes:  # one address for every lane
-            shape = "[XBLOCK]" if self.kind == "poi" else "[XBLOCK, 1]"
+            shape = "[XBLOCK]" if self.kind is KernelKind.POINTWISE else "[XBLOCK, 1]"
             if index.is_Integer:
                 return f"tl.full({shape}, {int(index)}, tl.int32)"
             return f"tl.zeros({shape}, tl.int32) + ({texpr(index)})"
@@ -286,7 +298,8 @@ class TritonKernel:
         return [self.bounds[n] for n in names if n in self.bounds]
 
     def mask(self, index: sympy.Expr, after_loop: bool = False) -> str:
-        along_r = self.kind != "poi" and not after_loop and self.varies_along_r(index)
+        pointwise = self.kind is KernelKind.POINTWISE
+        along_r = not pointwise and not after_loop and self.varies_along_r(index)
         masks = ["xmask & rmask" if along_r else "xmask"] + self.bounds_of(index)
         return " & ".join(masks)
 
@@ -397,7 +410,7 @@ class KernelOpsHandler:
     def constant(self, value, dtype):
         # a reduction kernel's values are two-dimensional, and tl.broadcast_to, which
         # its reductions call, does not add a dimension: its constants are [1, 1]
-        shape = "[1]" if self.kernel.kind == "poi" else "[1, 1]"
+        shape = "[1]" if self.kernel.kind is KernelKind.POINTWISE else "[1, 1]"
         line = self.kernel.overrides.constant(value, dtype, shape)
         return self.kernel.newvar(line, after_loop=self.after_loop)
 
@@ -421,39 +434,49 @@ def kernel_op(method):
     return method
 
 
-@dataclass(frozen=True)
+class PerCallBlocks(str, Enum):
+    """How a launch with symbolic sizes chooses its blocks from that call's sizes."""
+
+    POINTWISE = "pointwise"  # a pointwise kernel over a symbolic number of elements
+    INNER = "inner"  # a persistent kernel over rows of symbolic length: an inner
+    OUTER = "outer"  # or an outer reduction (chapter 16)
+
+    __repr__ = str.__repr__  # 'inner', as the wrapper writes it into its source
+
+
+@dataclass(frozen=True, kw_only=True)
 class GeneratedKernel:
     source: str  # with KERNEL_NAME as the placeholder for the name
+    kind: KernelKind
     descriptive_name: str  # e.g. "poi_fused_add_mul"
     call_args: tuple[str, ...]  # buffer names, in signature order
     numel: int | sympy.Expr  # of the outputs: with dynamic shapes, e.g. s0*s1
     meta: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
     rnumel: int | sympy.Expr = 1
     size_args: tuple[str, ...] = ()  # size symbols passed after the buffers
-    # blocks sized at each launch from that call's sizes: a persistent kernel over
-    # rows of symbolic length ("inner" or "outer" reduction), a pointwise kernel over
-    # a symbolic number of elements ("pointwise"); else None
-    per_call_blocks: str | None = None
+    per_call_blocks: PerCallBlocks | None = None  # None: the blocks of meta, always
     inplace: tuple[tuple[str, str], ...] = ()  # (input, output written over it)
 
 
 @dataclass(frozen=True)
-class KernelKind:
+class KindCodegen:
     """What generate_kernel asks of one kind of kernel."""
 
     # (kernel, node, numel, rnumel, interpret) -> the blocks, and how a launch with
     # symbolic sizes re-chooses them (GeneratedKernel.per_call_blocks)
-    blocks: Callable[..., tuple[dict[str, int], str | None]]
+    blocks: Callable[..., tuple[dict[str, int], PerCallBlocks | None]]
     # (kernel, int64, blocks) -> the lines of the kernel: lanes, masks, variables, body
     lines: Callable[..., list[str]]
 
 
-# the pipeline's hook of kernel kinds, by name: "poi" below; chapter 16 adds "per"
-# and "red"
+# the pipeline's hook of kernel kinds, a KindCodegen by KernelKind: POINTWISE below;
+# chapter 16 adds PERSISTENT and LOOPED
 KERNEL_KINDS = PIPELINE["kernel_kinds"]
 
 
-def kernel_name_stem(node: BaseSchedulerNode, kind: str = "poi") -> str:
+def kernel_name_stem(
+    node: BaseSchedulerNode, kind: KernelKind = KernelKind.POINTWISE
+) -> str:
     origins = sorted(node.origins) or ["kernel"]
     return f"{kind}_fused_" + "_".join(origins)
 
@@ -478,34 +501,36 @@ def generate_kernel(
     kernel.args.over = {a: b for a, b in (over or {}).items() if b in outputs}
     for member in node.snodes:
         # a pointwise node over the outputs alone runs after a looped kernel's loop
-        epilogue = kernel.kind == "red" and not member.rloop.sizes
+        epilogue = kernel.kind is KernelKind.LOOPED and not member.rloop.sizes
         with set_handler(KernelOpsHandler(kernel, member, epilogue)):
             member.run_body()
     # block sizes are heuristics: with symbolic sizes they follow this call's hints
     numel, rnumel = sizevars.size_hints((kernel.numel, kernel.rnumel))
-    kind = KERNEL_KINDS[kernel.kind]
-    meta, per_call = kind.blocks(kernel, node, numel, rnumel, interpret)
+    codegen = KERNEL_KINDS[kernel.kind]
+    meta, per_call = codegen.blocks(kernel, node, numel, rnumel, interpret)
     int64 = kernel.index_dtype(sizevars) == "tl.int64"
     symbols = sorted(s.name for s in kernel.size_symbols)
-    sizes = ["xnumel"] if kernel.kind == "poi" else ["xnumel", "rnumel"]
+    pointwise = kernel.kind is KernelKind.POINTWISE
+    sizes = ["xnumel"] if pointwise else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
     # device asserts are compiled in only in Triton's debug mode (chapter 19)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]
-        + ["    " + line for line in kind.lines(kernel, int64, dict(meta))]
+        + ["    " + line for line in codegen.lines(kernel, int64, dict(meta))]
     )
     return GeneratedKernel(
-        source,
-        kernel_name_stem(node, kernel.kind),
-        tuple(kernel.args.call_names()),
-        _int_if_static(kernel.numel),
-        tuple(meta.items()),
-        _int_if_static(kernel.rnumel) if kernel.kind != "poi" else 1,
-        tuple(symbols),
-        per_call,
-        tuple(kernel.args.over.items()),
+        source=source,
+        kind=kernel.kind,
+        descriptive_name=kernel_name_stem(node, kernel.kind),
+        call_args=tuple(kernel.args.call_names()),
+        numel=_int_if_static(kernel.numel),
+        meta=tuple(meta.items()),
+        rnumel=1 if pointwise else _int_if_static(kernel.rnumel),
+        size_args=tuple(symbols),
+        per_call_blocks=per_call,
+        inplace=tuple(kernel.args.over.items()),
     )
 
 
@@ -531,7 +556,7 @@ def xoffset_line(int64: bool) -> str:
 
 def pointwise_blocks(kernel, node, numel: int, rnumel: int, interpret: bool):
     # over a symbolic number of elements, each launch chooses from its own sizes
-    per_call = None if kernel.numel.is_Integer else "pointwise"
+    per_call = None if kernel.numel.is_Integer else PerCallBlocks.POINTWISE
     return pointwise_config(numel, interpret), per_call
 
 
@@ -547,8 +572,8 @@ def pointwise_lines(
     ]
 
 
-pointwise_kind = KernelKind(pointwise_blocks, pointwise_lines)
-KERNEL_KINDS.register(pointwise_kind, chapter=15, name="poi")
+pointwise_kind = KindCodegen(pointwise_blocks, pointwise_lines)
+KERNEL_KINDS.register(pointwise_kind, chapter=15, name=KernelKind.POINTWISE)
 
 
 def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
@@ -556,7 +581,7 @@ def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
     readers: dict[str, set[str]] = {}
     for node in scheduler.nodes:
         for member in getattr(node, "snodes", (node,)):
-            for name in member.read_names():
+            for name in member.read_names:
                 readers.setdefault(name, set()).add(member.get_name())
     found: dict[str, str] = {}
     for node in scheduler.nodes:
@@ -574,7 +599,7 @@ def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
             ):
                 continue
             # an input made in this kernel too never reaches memory: it is removed
-            for old in sorted(member.read_names() - scheduler.output_names - made_here):
+            for old in sorted(member.read_names - scheduler.output_names - made_here):
                 buf = scheduler._buffer(old)
                 if (
                     readers[old] == {name}

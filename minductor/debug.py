@@ -244,7 +244,7 @@ def kernel_report(name, node: BaseSchedulerNode, kernel, scheduler) -> KernelRep
     for member in node.snodes:
         is_mutation = isinstance(member.node, MutationBuffer)
         written.add(member.node.target.name if is_mutation else member.get_name())
-    read = set(node.read_names())
+    read = set(node.read_names)
     # what the kernel reads or writes in memory; an output written over an input
     # (chapter 15) is passed once, but both are moved
     args = kernel.call_args + tuple(old for old, _ in kernel.inplace)

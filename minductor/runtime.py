@@ -22,6 +22,7 @@ from typing import Callable
 import numpy
 import torch
 
+from minductor.codegen_triton import KernelKind, PerCallBlocks
 from minductor.config import config
 
 log = logging.getLogger("minductor")
@@ -174,7 +175,8 @@ def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
     from minductor.codegen_reductions import reduction_config
 
-    return reduction_config(numel, rnumel, "per", interpret_mode(), inner)
+    persistent = KernelKind.PERSISTENT
+    return reduction_config(numel, rnumel, persistent, interpret_mode(), inner)
 
 
 def launcher_for(kernel, sizes, symbols, XBLOCK, RBLOCK, num_warps) -> Launcher:
@@ -286,18 +288,19 @@ class SizedSite:
         self.buffers = buffers  # how many leading arguments are pointers
         self.sizes = 2 if "RBLOCK" in meta else 1  # xnumel, and rnumel for a reduction
         self.meta = meta  # XBLOCK, (RBLOCK,) num_warps, when not chosen per call
-        self.per_call = per_call  # "pointwise", "inner", "outer": chosen per call
+        # how the blocks are chosen per call (the source names it: 'inner'), or None
+        self.per_call = None if per_call is None else PerCallBlocks(per_call)
         self.check = check  # positions of the buffers that may be unaligned
         # (blocks, warps, classes of the integers) -> (binary, device, constexprs)
         self.binaries: dict[tuple, tuple] = {}
         self.seen: dict[tuple, tuple] = {}  # the integers themselves -> the same
 
     def choose(self, sizes: tuple[int, ...]) -> dict[str, int]:
-        if self.per_call == "pointwise":
+        if self.per_call is None:
+            return self.meta
+        if self.per_call is PerCallBlocks.POINTWISE:
             return pointwise_blocks(sizes[0])
-        if self.per_call:
-            return persistent_blocks(*sizes, inner=self.per_call == "inner")
-        return self.meta
+        return persistent_blocks(*sizes, inner=self.per_call is PerCallBlocks.INNER)
 
     def __call__(self, *args) -> None:
         sizes, args = args[: self.sizes], args[self.sizes :]
@@ -511,12 +514,12 @@ from minductor import triton_helpers as helpers
 
 
 def candidate_configs(
-    kind: str, numel: int, rnumel: int, meta: dict[str, int]
+    kind: KernelKind, numel: int, rnumel: int, meta: dict[str, int]
 ) -> list[dict[str, int]]:
     """The rule's configuration and its neighbours that the kernel's masks allow."""
     x, r, w = meta["XBLOCK"], meta.get("RBLOCK"), meta["num_warps"]
     shapes = [(x, r), (x // 2, r), (x * 2, r)]
-    if kind == "red":  # a looped reduction's chunk may change too
+    if kind is KernelKind.LOOPED:  # a looped reduction's chunk may change too
         shapes += [(x, r // 2), (x, r * 2)]
     found = []
     for xblock, rblock in shapes:
@@ -601,7 +604,7 @@ def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
             log.warning("minductor: max-autotune skips kernels: %s", why)
         return meta, ""
     numel, rnumel = sizes
-    kind = kernel.descriptive_name[:3]
+    kind = kernel.kind
     source = kernel.source.replace("KERNEL_NAME", "kernel")
     module = load_module(_KERNEL_HEADER + source)
     # compiling happens inside Dynamo's fake mode, where a new tensor has no memory
@@ -613,7 +616,7 @@ def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
 
         timer = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
 
-    reduction = {"rnumel": rnumel} if kind != "poi" else {}
+    reduction = {} if kind is KernelKind.POINTWISE else {"rnumel": rnumel}
 
     def time_one(cfg: dict[str, int]) -> float:
         def run():

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import sympy
 import torch
@@ -87,16 +87,13 @@ def is_indirect(index: sympy.Expr) -> bool:
     return any(s.name.startswith("indirect") for s in index.free_symbols)
 
 
-def _kept(method: Callable) -> Callable:
-    """A method of a frozen node, computed once and kept on the node."""
-    key = f"_kept_{method.__name__}"
+class Group(NamedTuple):
+    """The coarse key for fusion: where a kernel runs and how many elements it visits,
+    numel outputs times rnumel reduced elements each (1 for a pointwise node)."""
 
-    def kept(self):
-        if key not in self.__dict__:
-            self.__dict__[key] = method(self)
-        return self.__dict__[key]
-
-    return functools.wraps(method)(kept)
+    device: torch.device
+    numel: sympy.Expr
+    rnumel: sympy.Expr
 
 
 class BaseSchedulerNode:
@@ -106,15 +103,16 @@ class BaseSchedulerNode:
     def get_name(self) -> str:
         raise NotImplementedError
 
-    @_kept
-    def get_names(self) -> frozenset[str]:
+    @functools.cached_property
+    def names(self) -> frozenset[str]:
+        """The buffers the node writes."""
         return frozenset(d.name for d in self.writes)
 
-    @_kept
+    @functools.cached_property
     def read_names(self) -> frozenset[str]:
         return frozenset(d.name for d in self.reads if not isinstance(d, WeakDep))
 
-    @_kept
+    @functools.cached_property
     def dep_names(self) -> frozenset[str]:
         """What must run first: what the node reads, and the nodes it must follow."""
         return frozenset(d.name for d in self.reads)
@@ -213,11 +211,9 @@ class SchedulerNode(BaseSchedulerNode):
         return (self,)
 
     @property
-    def group(self) -> tuple[torch.device, sympy.Expr, sympy.Expr]:
-        return (
-            self.node.get_device(),
-            product(self.loop.sizes),
-            product(self.rloop.sizes),
+    def group(self) -> Group:
+        return Group(
+            self.node.get_device(), product(self.loop.sizes), product(self.rloop.sizes)
         )
 
     @property
@@ -257,7 +253,7 @@ def is_persistent(node: BaseSchedulerNode, sizevars=None) -> bool:
     """Does node's kernel hold whole rows in registers, with no loop over them?"""
     if has_scan(node):
         return True
-    rnumel = node.group[2]
+    rnumel = node.group.rnumel
     if is_inner_reduction(node):
         limit = config.persistent_reduction_limit
     else:
@@ -330,18 +326,21 @@ class FusedSchedulerNode(BaseSchedulerNode):
 
     @functools.cached_property
     def reads(self) -> frozenset[Dep]:
-        written = self.get_names()
+        written = self.names
         every = frozenset().union(*(n.reads for n in self.snodes))
         return frozenset(d for d in every if d.name not in written)
 
-    @_kept
-    def get_name(self) -> str:
+    @functools.cached_property
+    def name(self) -> str:
         return "_".join(n.get_name() for n in self.snodes)
+
+    def get_name(self) -> str:
+        return self.name
 
     @functools.cached_property
     def leader(self) -> SchedulerNode:
         """The member whose loops the kernel uses: a reduction, if there is one."""
-        return max(self.snodes, key=lambda n: (n.is_reduction(), n.group[2]))
+        return max(self.snodes, key=lambda n: (n.is_reduction(), n.group.rnumel))
 
     @property
     def loop(self) -> SimplifiedLoop:
@@ -352,7 +351,7 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return self.leader.rloop
 
     @property
-    def group(self):
+    def group(self) -> Group:
         return self.leader.group
 
     @property
@@ -372,8 +371,15 @@ def register_fusion_rule(rule: FusionRule | None = None, *, chapter=None):
     return fusion_rules.register(rule, chapter=chapter)
 
 
+class FusionScore(NamedTuple):
+    """How much a fusion is worth ("Profitability", below): the greater, the better."""
+
+    bytes_saved: int
+    proximity: int  # minus the distance of the two nodes in the original order
+
+
 def _numel(node: BaseSchedulerNode) -> str:
-    _, numel, rnumel = node.group
+    numel, rnumel = node.group.numel, node.group.rnumel
     return str(numel) if rnumel == 1 else f"{numel}x{rnumel}"
 
 
@@ -414,8 +420,8 @@ class Scheduler:
                 if isinstance(m.node, MutationBuffer) and not mutates_input(m):
                     target = m.node.target.name
                     return False, f"{m.get_name()} scatters into {target} in place"
-        if a.group[0] != b.group[0]:
-            return False, f"different devices: {a.group[0]} vs {b.group[0]}"
+        if a.group.device != b.group.device:
+            return False, f"different devices: {a.group.device} vs {b.group.device}"
         aligned = self.align(a, b)
         if aligned is None:
             return False, f"different numel: {_numel(a)} vs {_numel(b)}"
@@ -431,7 +437,7 @@ class Scheduler:
         if not is_persistent(FusedSchedulerNode(members), self.graph.sizevars):
             late = {m.get_name() for m in members if _after_loop_value(m)}
             for member in members:
-                too_early = sorted(member.read_names() & late)
+                too_early = sorted(member.read_names & late)
                 if member.rloop.sizes and too_early:
                     return False, (
                         f"{member.get_name()} reads {too_early[0]} inside the loop, "
@@ -465,21 +471,21 @@ class Scheduler:
 
     def align(self, a: BaseSchedulerNode, b: BaseSchedulerNode):
         """(a, b) with equal groups, splitting a pointwise side if needed, or None."""
-        if a.group[1:] == b.group[1:]:
-            if a.loop.sizes != b.loop.sizes and a.group[2] == 1:
+        if same_elements(a.group, b.group):
+            if a.loop.sizes != b.loop.sizes and a.group.rnumel == 1:
                 return self.common_loops(a, b) or (a, b)
             return a, b
         for pointwise, reduction in ((a, b), (b, a)):
-            _, numel, rnumel = reduction.group
-            if _is_epilogue(pointwise, numel, rnumel):
+            numel, rnumel = reduction.group.numel, reduction.group.rnumel
+            if _is_epilogue(pointwise, reduction.group):
                 return self.common_loops(a, b) or (a, b)
             if (
-                pointwise.group[2] != 1
+                pointwise.group.rnumel != 1
                 or rnumel == 1
                 or not is_persistent(reduction, self.graph.sizevars)
             ):
                 continue
-            if pointwise.group[1] != numel * rnumel:
+            if pointwise.group.numel != numel * rnumel:
                 continue
             members = [m.split(numel, rnumel) for m in pointwise.snodes]
             if not all(members):
@@ -516,12 +522,12 @@ class Scheduler:
 
 
     def _ancestors(self) -> dict[str, int]:
-        self._producer = {name: n for n in self.nodes for name in n.get_names()}
+        self._producer = {name: n for n in self.nodes for name in n.names}
         self.bit = {n.get_name(): 1 << k for k, n in enumerate(self.nodes)}
         ancestors: dict[str, int] = {}
         for node in self.nodes:  # topological order
             found = 0
-            for name in node.dep_names():
+            for name in node.dep_names:
                 if name in self._producer and self._producer[name] is not node:
                     parent = self._producer[name].get_name()
                     found |= self.bit[parent] | ancestors[parent]
@@ -536,12 +542,12 @@ class Scheduler:
         for name, found in ancestors.items():
             if found & both:  # it depended on a or b: now on both, and what they did
                 ancestors[name] = found | both | above
-        self._producer.update(dict.fromkeys(fused.get_names(), fused))
+        self._producer.update(dict.fromkeys(fused.names, fused))
 
     def _path_between(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
         ancestors = self._ancestors_cache
         for x, y in ((a, b), (b, a)):  # x itself has no bit of its own in its mask
-            names = y.dep_names() - y.get_names()
+            names = y.dep_names - y.names
             parents = {self._producer[n] for n in names if n in self._producer}
             mine = self.bit[x.get_name()]
             through = [p for p in parents if ancestors[p.get_name()] & mine]
@@ -566,12 +572,10 @@ class Scheduler:
         box = self.graph.graph_inputs.get(name)
         return box.data if box is not None and hasattr(box, "data") else None
 
-    def score_fusion(
-        self, a: BaseSchedulerNode, b: BaseSchedulerNode
-    ) -> tuple[int, int]:
-        shared = (a.get_names() | a.read_names()) & (b.get_names() | b.read_names())
+    def score_fusion(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> FusionScore:
+        shared = (a.names | a.read_names) & (b.names | b.read_names)
         saved = sum(self._numbytes(name) for name in shared)
-        return (saved, -abs(self._position(a) - self._position(b)))
+        return FusionScore(saved, -abs(self._position(a) - self._position(b)))
 
     def _position(self, node: BaseSchedulerNode) -> int:
         return min(self.order[m.get_name()] for m in _members(node))
@@ -587,7 +591,7 @@ class Scheduler:
         index = {n.get_name(): k for k, n in enumerate(self.nodes)}
         touching: dict[str, list[BaseSchedulerNode]] = {}  # buffer -> nodes, in order
         for node in self.nodes:
-            for name in node.get_names() | node.read_names():
+            for name in node.names | node.read_names:
                 touching.setdefault(name, []).append(node)
         sharing = {  # pairs, earlier node first, that share a buffer
             (index[a.get_name()], index[b.get_name()]): (a, b)
@@ -603,17 +607,18 @@ class Scheduler:
             for (i, _), (a, b) in sorted(sharing.items(), key=lambda item: item[0])
         ]
         pairs.sort(key=lambda p: (p[0], -p[1]), reverse=True)
-        last_read = {m: k for k, n in enumerate(self.nodes) for m in n.read_names()}
+        last_read = {m: k for k, n in enumerate(self.nodes) for m in n.read_names}
         used: set[str] = set()
         fused_any = False
         for score, _, a, b in pairs:
             if a.get_name() in used or b.get_name() in used:
                 continue
             kept = self._kept_alive(a, b, index, last_read)
-            if kept > max(config.fusion_memory_factor * score[0], 2**20):
+            saved = score.bytes_saved
+            if kept > max(config.fusion_memory_factor * saved, 2**20):
                 self._log(
                     f"cannot fuse {a.get_name()} with {b.get_name()}: it would hold "
-                    f"{kept} bytes longer to save {score[0]}"
+                    f"{kept} bytes longer to save {saved}"
                 )
                 continue
             ok, reason = self.can_fuse(a, b)
@@ -621,7 +626,7 @@ class Scheduler:
                 self._log(f"cannot fuse {a.get_name()} with {b.get_name()}: {reason}")
                 continue
             fused = FusedSchedulerNode.fuse(*self.align(a, b), self.order)
-            self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {score[0]} bytes)")
+            self._log(f"fuse {a.get_name()} + {b.get_name()} (saves {saved} bytes)")
             self.nodes = [n for n in self.nodes if n is not a and n is not b] + [fused]
             self._merge_ancestors(a, b, fused)
             used |= {a.get_name(), b.get_name()}
@@ -638,7 +643,7 @@ class Scheduler:
             return 0  # neighbours: nothing runs in between
         return sum(
             self._numbytes(name)
-            for name in first.read_names() - second.read_names()
+            for name in first.read_names - second.read_names
             if last_read.get(name) == at
         )
 
@@ -649,15 +654,15 @@ class Scheduler:
             n
             for n in self.nodes
             if not n.is_extern()
-            and n.group[1:] == (1, 1)
+            and n.group.numel == n.group.rnumel == 1
             and not any(m.is_reduction() for m in n.snodes)
-            and not any(users.get(m, set()) - n.get_names() for m in n.get_names())
+            and not any(users.get(m, set()) - n.names for m in n.names)
         ]
 
     def _topological_sort(
         self, nodes: list[BaseSchedulerNode]
     ) -> list[BaseSchedulerNode]:
-        producer = {name: n for n in nodes for name in n.get_names()}
+        producer = {name: n for n in nodes for name in n.names}
         done: set[int] = set()
         result: list[BaseSchedulerNode] = []
 
@@ -665,7 +670,7 @@ class Scheduler:
             if id(node) in done:
                 return
             done.add(id(node))
-            for name in sorted(node.dep_names(), key=lambda n: self.order.get(n, -1)):
+            for name in sorted(node.dep_names, key=lambda n: self.order.get(n, -1)):
                 if name in producer and producer[name] is not node:
                     visit(producer[name])
             result.append(node)
@@ -682,7 +687,7 @@ class Scheduler:
     def _users(self) -> dict[str, set[str]]:
         users: dict[str, set[str]] = {}
         for node in self.nodes:
-            for name in node.read_names():
+            for name in node.read_names:
                 users.setdefault(name, set()).add(node.get_name())
         return users
 
@@ -711,7 +716,7 @@ class Scheduler:
         internal: set[str] = set()
         readers: dict[str, set[int]] = {}
         for k, node in enumerate(self.nodes):
-            for name in frozenset().union(*(s.read_names() for s in _members(node))):
+            for name in frozenset().union(*(s.read_names for s in _members(node))):
                 readers.setdefault(name, set()).add(k)
         for k, node in enumerate(self.nodes):
             if node.is_extern():
@@ -725,10 +730,16 @@ class Scheduler:
         return internal
 
 
-def _is_epilogue(node: BaseSchedulerNode, numel, rnumel) -> bool:
+def _is_epilogue(node: BaseSchedulerNode, reduction: Group) -> bool:
     """Pointwise over exactly a reduction's outputs: it runs once per output."""
     pointwise = not any(m.is_reduction() for m in node.snodes)
-    return pointwise and rnumel != 1 and node.group[1:] == (numel, 1)
+    over_outputs = node.group.numel == reduction.numel and node.group.rnumel == 1
+    return pointwise and reduction.rnumel != 1 and over_outputs
+
+
+def same_elements(a: Group, b: Group) -> bool:
+    """Do two groups visit as many elements, in as many rows (devices aside)?"""
+    return a.numel == b.numel and a.rnumel == b.rnumel
 
 
 def _members(node: BaseSchedulerNode) -> tuple[BaseSchedulerNode, ...]:
@@ -772,7 +783,7 @@ def order_mutations(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
 
     readers: dict[str, set[str]] = {}  # memory -> the nodes that read it
     for node in nodes:
-        for read in node.read_names():
+        for read in node.read_names:
             readers.setdefault(memory(read), set()).add(node.get_name())
     ordered = []
     for node in nodes:

@@ -482,7 +482,7 @@ def test_a_value_a_matmul_reads_is_stored_and_loaded_by_its_other_readers():
 
     graph = GraphLowering(make_fx(f)(a, b, w), [a, b, w]).lower()
     (total,) = [b for b in graph.buffers if getattr(b, "is_reduction", bool)()]
-    reads = SchedulerNode.create(total).read_names()
+    reads = SchedulerNode.create(total).read_names
     assert len(reads) == 1 and not reads & set(graph.graph_inputs), reads
 
     def g(a, b):

@@ -328,7 +328,7 @@ def test_scatter_nodes_order_and_never_fuse():
     scheduler = Scheduler(GraphLowering(gm, [x, idx, src]).lower())
     names = [n.get_name() for n in scheduler.nodes]
     assert names == ["buf0", "buf1", "buf2"]
-    assert "buf0" in scheduler.nodes[1].read_names()  # after the copy it updates
+    assert "buf0" in scheduler.nodes[1].read_names  # after the copy it updates
     assert any("buf1 scatters into buf0 in place" in ln for ln in scheduler.fusion_log)
 
 

@@ -21,6 +21,7 @@ from minductor.ops import ops
 from minductor.scheduler import (
     ExternKernelSchedulerNode,
     FusedSchedulerNode,
+    Group,
     MemoryDep,
     Scheduler,
     SchedulerNode,
@@ -71,7 +72,8 @@ def test_contiguous_node_reads_and_writes_in_one_merged_variable():
         MemoryDep("c_1", x0),
     }
     assert node.writes == {MemoryDep("buf0", x0)}
-    assert node.group == (cpu, 2145, 1)  # (device, numel, rnumel)
+    assert node.group == Group(device=cpu, numel=2145, rnumel=1)
+    assert node.group == (cpu, 2145, 1)  # a NamedTuple: equal to its tuple
 
 
 def test_broadcast_node_keeps_two_variables():
@@ -141,7 +143,10 @@ def test_multi_output_pointwise_function_fuses_into_one_node():
     assert [m.get_name() for m in node.snodes] == ["buf0", "buf1", "buf2"]
     assert node.get_name() == "buf0_buf1_buf2"
     assert node.reads == {MemoryDep("a_1", x0)}
-    assert node.get_names() == {"buf0", "buf1", "buf2"}
+    assert node.names == {"buf0", "buf1", "buf2"}
+    assert node.names is node.names and "names" in vars(node)  # computed once, kept
+    with pytest.raises(dataclasses.FrozenInstanceError):  # and the node stays frozen
+        node.snodes = ()
     assert s.fusion_log == [
         "fuse buf0 + buf1 (saves 8580 bytes)",
         "fuse buf0_buf1 + buf2 (saves 8580 bytes)",
@@ -158,6 +163,7 @@ def test_score_fusion_is_bytes_saved_then_proximity():
     s.order = {n.get_name(): k for k, n in enumerate(s.nodes)}
     n0, n1, n2 = s.nodes
     assert s.score_fusion(n0, n1) == (33 * 65 * 4, -1)
+    assert s.score_fusion(n0, n1).bytes_saved == 33 * 65 * 4  # a FusionScore
     assert s.score_fusion(n0, n2) == (33 * 65 * 4, -2)
     assert s.score_fusion(n0, n1) > s.score_fusion(n0, n2)
 
@@ -196,12 +202,16 @@ def test_scalar_leaves_share_a_kernel_and_a_read_scalar_stays():
     args = [torch.zeros((), dtype=torch.int64) for _ in range(3)]
     args += [torch.randn(5, 3), torch.randn(())]
     sched = schedule(torch.func.functionalize(f), *args)  # the updates: copy_ into c_i
-    scalar = [n for n in sched.nodes if not n.is_extern() and n.group[1:] == (1, 1)]
+    scalar = [
+        n
+        for n in sched.nodes
+        if not n.is_extern() and n.group.numel == n.group.rnumel == 1
+    ]
     counters = [n for n in scalar if len(n.snodes) == 3]
     assert len(counters) == 1, sched.fusion_log  # c1, c2, c3: one kernel
     assert len(scalar) == 1
     names = [m.get_name() for m in counters[0].snodes]
-    assert not any(name in n.read_names() for n in sched.nodes for name in names)
+    assert not any(name in n.read_names for n in sched.nodes for name in names)
 
 
 @pytest.mark.usefixtures("cumsum_falls_back")
@@ -217,7 +227,7 @@ def test_fused_nodes_stay_in_topological_order():
     seen = set()
     for node in s.nodes:
         members = node.snodes if not node.is_extern() else (node,)
-        for name in node.read_names():
+        for name in node.read_names:
             if name.startswith("buf"):
                 assert name in seen, f"{node} reads {name} before it is written"
         seen |= {m.get_name() for m in members}
@@ -426,7 +436,7 @@ def test_distant_siblings_stay_apart_when_fusing_would_hold_memory(restore_confi
 
     def batch_sums(sched):
         nodes = [n for n in sched.nodes if not n.is_extern()]
-        return [n for n in nodes if n.group[1:] == (65536, 8)]
+        return [n for n in nodes if (n.group.numel, n.group.rnumel) == (65536, 8)]
 
     sched = schedule(f, *args)
     assert [len(n.snodes) for n in batch_sums(sched)] == [1, 1, 1, 1], sched.fusion_log

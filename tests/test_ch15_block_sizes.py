@@ -10,7 +10,12 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from minductor import runtime
 from minductor.capture import record_compiled
 from minductor.codegen_reductions import reduction_config
-from minductor.codegen_triton import MIN_PROGRAMS, generate_kernel, pointwise_config
+from minductor.codegen_triton import (
+    MIN_PROGRAMS,
+    KernelKind,
+    generate_kernel,
+    pointwise_config,
+)
 from minductor.config import config, settings
 from minductor.lowering import GraphLowering
 from minductor.runtime import (
@@ -20,6 +25,8 @@ from minductor.runtime import (
     candidate_configs,
 )
 from minductor.scheduler import Scheduler
+
+POI, PER, RED = KernelKind.POINTWISE, KernelKind.PERSISTENT, KernelKind.LOOPED
 
 pytestmark = [pytest.mark.ch15, pytest.mark.ch16, pytest.mark.ch19]
 
@@ -59,21 +66,21 @@ def test_pointwise_rule_invariants(numel):
 
 def test_the_interpreter_keeps_large_blocks():
     assert pointwise_config(4096, interpret=True) == {"XBLOCK": 1024, "num_warps": 4}
-    assert reduction_config(64, 64, "per", interpret=True)["XBLOCK"] == 64
+    assert reduction_config(64, 64, PER, interpret=True)["XBLOCK"] == 64
 
 
 @pytest.mark.parametrize(
     "numel, rnumel, kind, inner, expected",
     [
-        (64, 64, "per", True, (1, 64, 1)),  # sum of a 64x64's rows: 64 programs
-        (1024, 64, "per", True, (8, 64, 2)),  # 128 programs of 8 rows
-        (8192, 1024, "per", True, (4, 1024, 8)),  # softmax 8192x1024: as before
-        (8192, 2048, "per", True, (2, 2048, 8)),  # sum of 8192x2048: as before
-        (8, 2**20, "red", True, (1, 4096, 16)),  # 8 long rows: more loads in flight
-        (64, 50257, "red", True, (1, 4096, 16)),  # softmax over GPT-2's vocabulary
-        (128, 50257, "red", True, (1, 1024, 4)),  # a program per SM: as before
-        (4096, 8192, "red", False, (16, 32, 8)),  # outer: the tile stays
-        (64, 4096, "red", False, (16, 32, 8)),  # outer and small: the tile stays
+        (64, 64, PER, True, (1, 64, 1)),  # sum of a 64x64's rows: 64 programs
+        (1024, 64, PER, True, (8, 64, 2)),  # 128 programs of 8 rows
+        (8192, 1024, PER, True, (4, 1024, 8)),  # softmax 8192x1024: as before
+        (8192, 2048, PER, True, (2, 2048, 8)),  # sum of 8192x2048: as before
+        (8, 2**20, RED, True, (1, 4096, 16)),  # 8 long rows: more loads in flight
+        (64, 50257, RED, True, (1, 4096, 16)),  # softmax over GPT-2's vocabulary
+        (128, 50257, RED, True, (1, 1024, 4)),  # a program per SM: as before
+        (4096, 8192, RED, False, (16, 32, 8)),  # outer: the tile stays
+        (64, 4096, RED, False, (16, 32, 8)),  # outer and small: the tile stays
     ],
 )
 def test_reduction_blocks(numel, rnumel, kind, inner, expected):
@@ -141,7 +148,7 @@ def test_max_autotune_modes_turn_on_the_tuning():
 
 def test_candidates_around_the_rule():
     meta = {"XBLOCK": 128, "num_warps": 4}
-    found = candidate_configs("poi", 4096, 1, meta)
+    found = candidate_configs(POI, 4096, 1, meta)
     assert found[0] == meta  # the rule's own comes first
     assert {(c["XBLOCK"], c["num_warps"]) for c in found} == {
         (x, w) for x in (64, 128, 256) for w in (2, 4, 8)
@@ -150,17 +157,17 @@ def test_candidates_around_the_rule():
 
 def test_candidates_respect_constant_masks_and_whole_rows():
     # 4224 = 128 * 33: the kernel has a constant xmask; 256 does not divide 4224
-    found = candidate_configs("poi", 4224, 1, {"XBLOCK": 128, "num_warps": 4})
+    found = candidate_configs(POI, 4224, 1, {"XBLOCK": 128, "num_warps": 4})
     assert {c["XBLOCK"] for c in found} == {64, 128}
     # 4000 is not a multiple of 128: the mask is real and any block may run
-    found = candidate_configs("poi", 4000, 1, {"XBLOCK": 128, "num_warps": 4})
+    found = candidate_configs(POI, 4000, 1, {"XBLOCK": 128, "num_warps": 4})
     assert {c["XBLOCK"] for c in found} == {64, 128, 256}
     # a persistent kernel keeps RBLOCK, its whole row
     per = {"XBLOCK": 4, "RBLOCK": 1024, "num_warps": 8}
-    assert {c["RBLOCK"] for c in candidate_configs("per", 8192, 1000, per)} == {1024}
+    assert {c["RBLOCK"] for c in candidate_configs(PER, 8192, 1000, per)} == {1024}
     # a looped one may change its chunk
     red = {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4}
-    chunks = {c["RBLOCK"] for c in candidate_configs("red", 64, 50257, red)}
+    chunks = {c["RBLOCK"] for c in candidate_configs(RED, 64, 50257, red)}
     assert chunks == {512, 1024, 2048}
 
 
@@ -173,7 +180,7 @@ def test_autotune_measures_once_and_keeps_the_winner_on_disk(tmp_path):
             raise RuntimeError("out of resources")  # a candidate that cannot compile
         return cfg["XBLOCK"] / 100 + cfg["num_warps"] / 1000
 
-    candidates = candidate_configs("poi", 4096, 1, {"XBLOCK": 128, "num_warps": 4})
+    candidates = candidate_configs(POI, 4096, 1, {"XBLOCK": 128, "num_warps": 4})
     with config.patch({"cache_dir": str(tmp_path)}):
         first = autotune("src", (4096, 1), "GPU", candidates, fake_timer)
         assert len(calls) == len(candidates) == 9
@@ -196,7 +203,7 @@ def test_autotune_with_no_candidate_that_runs_keeps_nothing_and_says_why(tmp_pat
     def broken(cfg):
         raise RuntimeError(f"cannot run {cfg['XBLOCK']}")
 
-    candidates = candidate_configs("poi", 4096, 1, {"XBLOCK": 128, "num_warps": 4})
+    candidates = candidate_configs(POI, 4096, 1, {"XBLOCK": 128, "num_warps": 4})
     with config.patch({"cache_dir": str(tmp_path)}):
         with pytest.raises(AutotuneFailed, match="every configuration failed.*cannot"):
             autotune("src", (4096, 1), "GPU", candidates, broken)
@@ -301,7 +308,7 @@ def test_autotune_kernel_times_each_candidate_through_launch(monkeypatch, tmp_pa
     layouts = [((33, 65), (65, 1), torch.float32, cuda)] * 2
     with config.patch({"cache_dir": str(tmp_path)}):
         meta, comment = runtime.autotune_kernel(kernel, layouts, [], (2145, 1), timer)
-    candidates = candidate_configs("poi", 2145, 1, dict(kernel.meta))
+    candidates = candidate_configs(POI, 2145, 1, dict(kernel.meta))
     assert len(timed) == len(candidates) and meta == candidates[-1]
     assert comment.startswith("# autotuned: XBLOCK=") and comment.endswith("tried)")
 

@@ -6,6 +6,7 @@ function; the helpers in minductor/triton_helpers.py are checked against PyTorch
 hard inputs, in float32, to a few ulp.
 """
 
+import dataclasses
 import itertools
 import math
 
@@ -21,7 +22,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from minductor import triton_helpers as helpers
 from minductor.codegen_triton import (
     TRITON_DTYPES,
+    GeneratedKernel,
     InterpreterOverrides,
+    KernelKind,
+    PerCallBlocks,
     TritonOverrides,
     generate_kernel,
     kernel_name_stem,
@@ -58,6 +62,26 @@ def kernels_for(fn, *args):
         for n in scheduler.nodes
         if not n.is_extern()
     ]
+
+
+def test_a_kernel_kind_is_an_enum_member_that_names_kernels_by_its_prefix():
+    _, (kernel,) = kernels_for(lambda a, b: (a + b,), torch.randn(5), torch.randn(5))
+    assert kernel.kind is KernelKind.POINTWISE
+    assert kernel.descriptive_name == "poi_fused_add"
+    assert f"triton_{kernel.kind}_fused" == "triton_poi_fused"
+    assert [str(k) for k in KernelKind] == ["poi", "per", "red"]
+    assert PerCallBlocks("inner") is PerCallBlocks.INNER
+    assert repr(PerCallBlocks.INNER) == "'inner'"  # as the wrapper writes it
+
+
+def test_a_generated_kernel_is_built_by_keyword_and_stays_frozen():
+    _, (kernel,) = kernels_for(lambda a: (a * 2,), torch.randn(5))
+    fields = [getattr(kernel, f.name) for f in dataclasses.fields(kernel)]
+    with pytest.raises(TypeError):
+        GeneratedKernel(*fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        kernel.numel = 6
+    assert dataclasses.replace(kernel, numel=5) == kernel
 
 
 def body_lines(kernel):

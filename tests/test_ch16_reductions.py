@@ -11,7 +11,12 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor import codegen_reductions
-from minductor.codegen_triton import KERNEL_KINDS, KernelOpsHandler, generate_kernel
+from minductor.codegen_triton import (
+    KERNEL_KINDS,
+    KernelKind,
+    KernelOpsHandler,
+    generate_kernel,
+)
 from minductor.lowering import GraphLowering
 from minductor.scheduler import Scheduler
 
@@ -35,7 +40,8 @@ def first(lines, text):
 
 def test_reduction_kinds_and_ops_come_from_this_chapter():
     assert KERNEL_KINDS.names() == ["poi", "per", "red"]  # by chapter, then name
-    for kind in ("per", "red"):
+    assert KERNEL_KINDS.names() == list(KernelKind)  # the enum's members, in order
+    for kind in (KernelKind.PERSISTENT, KernelKind.LOOPED):
         assert KERNEL_KINDS[kind].blocks is codegen_reductions.reduction_blocks
         assert KERNEL_KINDS[kind].lines is codegen_reductions.reduction_lines
     for op in ("reduction", "store_reduction", "scan"):
@@ -46,6 +52,7 @@ def test_reduction_kinds_and_ops_come_from_this_chapter():
 def test_a_looped_sum_accumulates_in_the_loop_and_collapses_after_it():
     (kernel,) = kernels_for(lambda x: x.sum(1), torch.randn(5, 5000))
     assert kernel.descriptive_name == "red_fused_sum"
+    assert kernel.kind is KernelKind.LOOPED
     lines = kernel.source.splitlines()
     acc = lines.index("    _acc0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)")
     update = lines.index("        _acc0 = tl.where(xmask & rmask, tmp2, _acc0)")

@@ -120,7 +120,7 @@ print("\n".join(graph.fusion_log))
 #
 # Write `io_buffers(a, b)`: the names of the buffers that a kernel made of `a` and
 # `b` together would read from or write to memory. Each node knows what it reads
-# (`read_names()`) and writes (`get_names()`). The point is to count what the
+# (`read_names`) and writes (`names`). The point is to count what the
 # *kernel* touches, not what each node touches:
 #
 # * a buffer both nodes read is one input: the kernel loads it once (CSE removes the
@@ -141,7 +141,7 @@ print("\n".join(graph.fusion_log))
 # %%
 def io_buffers(a, b):
     # BEGIN SOLUTION
-    return a.read_names() | b.read_names() | a.get_names() | b.get_names()
+    return a.read_names | b.read_names | a.names | b.names
     # END SOLUTION
 
 

@@ -49,7 +49,12 @@ import torch
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
-from minductor.codegen_triton import TRITON_DTYPES, KernelOpsHandler, kernel_op
+from minductor.codegen_triton import (
+    TRITON_DTYPES,
+    KernelKind,
+    KernelOpsHandler,
+    kernel_op,
+)
 from minductor.decompositions import decompositions
 from minductor.lowering import lowerings, register_lowering
 from minductor.reductions import make_reduction
@@ -113,7 +118,7 @@ print(graph.kernel_names)
 # the function returns the name of the temporary that holds each row's result, a
 # `[XBLOCK, 1]` column. Use the kernel's tools:
 #
-# - `k.kind`: `"poi"`, `"per"` or `"red"`;
+# - `k.kind`: `KernelKind.POINTWISE`, `PERSISTENT` or `LOOPED`;
 # - `k.newvar(expr)` names an expression in the body (inside the loop of a looped
 #   kernel), `k.newvar(expr, True)` one after the loop;
 # - `k.accumulator(init)` declares a tile before the loop, and `k.lines.append(line)`
@@ -132,10 +137,10 @@ def logsumexp_tile(k, src_dtype, value):
     # BEGIN SOLUTION
     inf, minus_inf = 'float("inf")', 'float("-inf")'
     exp, log = k.overrides.exp, k.overrides.log
-    if k.kind == "poi":  # one element
+    if k.kind is KernelKind.POINTWISE:  # one element
         return value
     value = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
-    if k.kind == "per":  # the row is in registers: eager's formula, as it stands
+    if k.kind is KernelKind.PERSISTENT:  # the row is in registers: eager's formula
         masked = k.newvar(f"tl.where(xmask & rmask, {value}, {minus_inf})")
         top = k.newvar(f"helpers.max_with_nan({masked}, 1)[:, None]")
         shift = k.newvar(f"tl.where(tl.abs({top}) == {inf}, 0.0, {top})")
