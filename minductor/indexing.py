@@ -15,12 +15,16 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from minductor.capture import aten_passes
 from minductor.config import config
 from minductor.ir import (
+    Buffer,
+    ComputedBuffer,
     GenericView,
     Index,
     InputBuffer,
     MutationBuffer,
     Pointwise,
+    Reduction,
     ReinterpretBuffer,
+    ReinterpretView,
     Scatter,
     TensorBox,
 )
@@ -337,6 +341,7 @@ INPLACEABLE = {
     aten.scatter_add.default: aten.scatter_add_.default,
     aten.scatter_reduce.two: aten.scatter_reduce_.two,
 }
+IN_PLACE_RESULTS = {*INPLACEABLE.values(), aten.copy_.default}  # return their input
 
 
 def _memory(node: Any) -> StorageWeakRef | None:
@@ -347,9 +352,17 @@ def _memory(node: Any) -> StorageWeakRef | None:
     return StorageWeakRef(value.untyped_storage())
 
 
+def _aliases(node: torch.fx.Node) -> bool:
+    """Whether node's value lives in its first argument's memory: a view, or an op
+    that writes its first argument in place and returns it."""
+    target = node.target
+    viewing = getattr(target, "is_view", False) or target in VIEW_OPS
+    return viewing or target in IN_PLACE_RESULTS
+
+
 def _views(of: torch.fx.Node) -> set[torch.fx.Node]:
-    """of and the nodes that view its memory: reached through view ops, or sharing
-    its storage (where the graph's fake tensors keep that)."""
+    """of and the nodes that view its memory: reached through view ops and in-place
+    writes, or sharing its storage (where the graph's fake tensors keep that)."""
     found, todo = set(), [of]
     while todo:
         node = todo.pop()
@@ -357,8 +370,7 @@ def _views(of: torch.fx.Node) -> set[torch.fx.Node]:
             continue
         found.add(node)
         for user in node.users:
-            target = user.target
-            if getattr(target, "is_view", False) or target in VIEW_OPS:
+            if _aliases(user) and user.args and user.args[0] is node:
                 todo.append(user)
     memory = _memory(of)
     if memory is not None:
@@ -427,7 +439,8 @@ def why_not_reinplace(copy: torch.fx.Node) -> str | None:
 
 
 def reinplace_inplaceable_ops(gm: torch.fx.GraphModule) -> None:
-    """Each scatter into an input that the graph copies back: written in place."""
+    """Each scatter into an input that the graph copies back, and each scatter into a
+    value the graph made that nothing reads afterwards: written in place."""
     if not config.reinplace_inplaceable_ops:
         return
     graph = gm.graph
@@ -441,6 +454,15 @@ def reinplace_inplaceable_ops(gm: torch.fx.GraphModule) -> None:
         r.target = INPLACEABLE[r.target]
         copy.replace_all_uses_with(r)
         graph.erase_node(copy)
+    for r in list(graph.nodes):  # in order: a chain's next link sees this one's write
+        if r.op != "call_function" or r.target not in INPLACEABLE:
+            continue
+        why = why_not_reinplace_in_graph(r)
+        if why is not None:
+            log.debug("reinplace: kept %s: %s", r, why)
+            continue
+        log.debug("reinplace: %s writes %s in place", r, r.args[0])
+        r.target = INPLACEABLE[r.target]
     gm.recompile()
 
 
@@ -463,7 +485,7 @@ def _loads(box: TensorBox) -> set[str]:
     return handler.names
 
 
-def store_readers(graph, x: InputBuffer) -> None:
+def store_readers(graph, x: Buffer) -> None:
     """Store each value still to be read whose body reads x: x is about to change."""
     names = {x.name}
     for buf in graph.buffers:  # stored views of x, and views of those
@@ -487,16 +509,90 @@ def store_readers(graph, x: InputBuffer) -> None:
 
 
 def _in_place(lowering: Callable) -> Callable:
-    """A scatter lowering's in-place form: it writes into the graph input x."""
+    """A scatter lowering's in-place form: it writes into x's own memory, a graph
+    input's, or one the graph made for x alone (below); else into a copy of x."""
 
     def lower(graph, x, *args, **kwargs):
-        if not (isinstance(x, TensorBox) and isinstance(x.data, InputBuffer)):
-            raise Unsupported("an in-place scatter into a value that is not an input")
-        store_readers(graph, x.data)
-        return lowering(graph, x, *args, **kwargs, into=x.data)
+        if not isinstance(x, TensorBox):
+            raise Unsupported("an in-place scatter into a value that is not a tensor")
+        node = graph.current_node.args[0]
+        if node.op == "placeholder":  # the input that the graph copied back
+            if not isinstance(x.data, InputBuffer):
+                raise Unsupported("an in-place scatter into a constant")
+            target = x.data
+        else:
+            target = own_memory(graph, x, node)
+        if target is None:  # x's memory is another value's too: write a copy of x
+            return lowering(graph, x, *args, **kwargs)
+        store_readers(graph, target)
+        return lowering(graph, x, *args, **kwargs, into=target)
 
     return lower
 
 
 for functional, in_place in INPLACEABLE.items():
     register_lowering(in_place, graph=True)(_in_place(lowerings[functional]))
+
+
+def _root(node: Any) -> Any:
+    """The node whose memory node's value lives in: back through views and in-place
+    writes, which return (a view of) their first argument."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function":
+        if not _aliases(node):
+            break
+        node = node.args[0]
+    return node
+
+
+def why_not_reinplace_in_graph(r: torch.fx.Node) -> str | None:
+    """None if the scatter r may write its input x in place, x living in memory the
+    graph made that nothing reads after r; else why not."""
+    x = r.args[0]
+    root = _root(x)
+    if not isinstance(root, torch.fx.Node) or root.op != "call_function":
+        return f"{x} lives in {root}'s memory, which is not the graph's"
+    if getattr(x.target, "is_view", False) or x.target in VIEW_OPS:
+        return f"{x} is a view of {x.args[0]}"
+    if not _same_layout(_val(x), _val(r)):
+        return f"{r} is laid out unlike {x}"
+    if _sums_16_bit(r):
+        return f"{r} sums {_val(x).dtype}, in float32 in a copy"
+    if _masked(r):
+        return f"{r} writes through a boolean mask, already in one pass"
+    nodes = list(r.graph.nodes)
+    shared = _views(root)
+    for n in nodes[nodes.index(r) + 1 :]:
+        read = [a for a in n.all_input_nodes if a in shared]
+        if read:
+            return f"{n} reads {read[0]} after {r} writes it"
+    if any(a in shared for a in r.all_input_nodes if a is not x):
+        return f"{r} reads a view of {x}, which it writes"
+    return None
+
+
+def _reaches(value: TensorBox, x: TensorBox) -> bool:
+    """Whether value is x, a view of x, or a window on or a write into x's memory."""
+    while isinstance(value.data, GenericView) and value is not x:
+        value = value.data.box
+    if value is x:
+        return True
+    name = getattr(x.data, "name", None)
+    data = value.data
+    under = getattr(data, "base", None) or getattr(data, "target", None)
+    if isinstance(data, ReinterpretView):
+        under = data.data
+    return name is not None and getattr(under, "name", None) == name
+
+
+def own_memory(graph, x: TensorBox, node: torch.fx.Node) -> Buffer | None:
+    """x stored in memory the graph made for it alone, or None: x is not a body or a
+    kernel's output, or a value still to be read shares its memory."""
+    if not isinstance(x.data, (Pointwise, Reduction, ComputedBuffer)):
+        return None  # a view, an input, a constant, or ATen's memory
+    for other, value in graph.env.items():
+        if other is node:
+            continue
+        for v in pytree.tree_leaves(value):
+            if isinstance(v, TensorBox) and _reaches(v, x):
+                return None
+    return x.realize(graph)
