@@ -8,6 +8,7 @@ import logging
 import os
 import traceback
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -162,11 +163,22 @@ def compile_backward(
     return compile_fx(gm, example_inputs)
 
 
+class GraphKind(str, Enum):
+    """Which of AOTAutograd's three compilers a graph was handed to."""
+
+    INFERENCE = "inference"  # no backward will be needed
+    FORWARD = "forward"  # a training forward: returns what the backward saves too
+    BACKWARD = "backward"
+
+    def __str__(self) -> str:  # in an f-string too: the word
+        return self.value
+
+
 @dataclass
 class GraphInfo:
     gm: torch.fx.GraphModule
     example_inputs: Sequence[Any]
-    kind: str  # "inference", "forward" or "backward"
+    kind: GraphKind
     shared: dict[str, Any]  # one per Dynamo graph: its forward and backward share it
 
 
@@ -182,7 +194,7 @@ aten_passes = PIPELINE["aten_passes"]
 
 
 def _with_settings(
-    compiler: Callable, changes: dict[str, Any], kind: str, shared: dict[str, Any]
+    compiler: Callable, changes: dict[str, Any], kind: GraphKind, shared: dict[str, Any]
 ) -> Callable:
     def compile_with_settings(gm, example_inputs):
         with config.patch(changes):
@@ -210,9 +222,13 @@ def minductor_backend(
         compile_fx, user_outputs=len(pytree.arg_tree_leaves(*output.args))
     )
     backend = aot_autograd(
-        fw_compiler=_with_settings(forward, changes, "forward", shared),
-        bw_compiler=_with_settings(compile_backward, changes, "backward", shared),
-        inference_compiler=_with_settings(compile_fx, changes, "inference", shared),
+        fw_compiler=_with_settings(forward, changes, GraphKind.FORWARD, shared),
+        bw_compiler=_with_settings(
+            compile_backward, changes, GraphKind.BACKWARD, shared
+        ),
+        inference_compiler=_with_settings(
+            compile_fx, changes, GraphKind.INFERENCE, shared
+        ),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph

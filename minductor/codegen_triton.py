@@ -600,7 +600,7 @@ def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:
                 continue
             # an input made in this kernel too never reaches memory: it is removed
             for old in sorted(member.read_names - scheduler.output_names - made_here):
-                buf = scheduler._buffer(old)
+                buf = scheduler.buffer(old)
                 if (
                     readers[old] == {name}
                     and old not in scheduler.graph.graph_inputs

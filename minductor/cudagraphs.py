@@ -19,6 +19,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from minductor.capture import (
     CompiledGraph,
     GraphInfo,
+    GraphKind,
     aten_passes,
     compile_fx,
     graph_splitters,
@@ -32,7 +33,7 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True)
 class GraphFacts:
-    kind: str  # "inference", "forward" or "backward"
+    kind: GraphKind
     devices: frozenset[str]  # the device type of every tensor in the graph
     ops: frozenset[Any]  # the ATen overload packets it calls
     static_inputs: frozenset[int]  # parameters and buffers: never copied
@@ -103,7 +104,7 @@ def graph_facts(
 
 
 def static_input_idxs(info: GraphInfo) -> frozenset[int]:
-    if info.kind == "backward":  # candidates: CUDAGraphed._static keeps stable ones
+    if info.kind is GraphKind.BACKWARD:  # candidates: CUDAGraphed._static keeps stable ones
         names = [n.name for n in info.gm.graph.find_nodes(op="placeholder")]
         return frozenset(i for i, name in enumerate(names) if "tangents" not in name)
     context = TracingContext.try_get()
@@ -213,8 +214,8 @@ class CUDAGraphPool:
         self.handed_out: list[tuple[weakref.ref, int]] = []  # (output, its step)
         self.stable: set[int] = set()  # storages at one address: static, or outputs
 
-    def begin_call(self, kind: str) -> None:
-        if kind == "backward":
+    def begin_call(self, kind: GraphKind) -> None:
+        if kind is GraphKind.BACKWARD:
             return
         mark = _mark_step_counter()
         if mark != 0:  # the program marks its steps
@@ -225,9 +226,9 @@ class CUDAGraphPool:
             self.step += 1
             self.newest_replayed = -1
 
-    def end_call(self, kind: str) -> None:
-        if kind != "inference":
-            self.pending_backward = kind == "forward"
+    def end_call(self, kind: GraphKind) -> None:
+        if kind is not GraphKind.INFERENCE:
+            self.pending_backward = kind is GraphKind.FORWARD
 
     def why_not_replay(self, index: int) -> str | None:
         if index > self.newest_replayed:
@@ -568,7 +569,7 @@ def _static_and_stable(info: GraphInfo) -> tuple[frozenset[int], frozenset[int]]
     """Inputs static always, and inputs static while in the pool's memory: a
     backward's candidates are the second kind."""
     static = static_input_idxs(info)
-    if info.kind == "backward":
+    if info.kind is GraphKind.BACKWARD:
         return frozenset(), static
     return static, frozenset()
 

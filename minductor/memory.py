@@ -232,7 +232,7 @@ def written_over(wrapper) -> dict[str, str]:
         return {}
     found = {}
     for old, new in inplace_candidates(wrapper.scheduler).items():
-        buf = wrapper.scheduler._buffer(old)
+        buf = wrapper.scheduler.buffer(old)
         if isinstance(buf, MultiOutput):
             ours = not may_alias(buf.parent.op)
         elif isinstance(buf, FallbackKernel) and not isinstance(buf, ExternKernelOut):

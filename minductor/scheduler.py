@@ -557,13 +557,14 @@ class Scheduler:
 
 
     def _numbytes(self, name: str) -> int:
-        buf = self._buffer(name)
+        buf = self.buffer(name)
         if buf is None or not hasattr(buf.layout, "size"):
             return 0
         numel = self.graph.sizevars.size_hint(product(buf.layout.size))
         return numel * buf.layout.dtype.itemsize
 
-    def _buffer(self, name: str) -> Buffer | None:
+    def buffer(self, name: str) -> Buffer | None:
+        """The buffer or graph input of that name (chapters 15 and 18 ask too)."""
         buffers = self.graph.buffers  # a list that only grows: index it when it has
         if len(getattr(self, "_by_name", ())) != len(buffers):
             self._by_name = {b.name: b for b in buffers}

@@ -17,7 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (registers the backend)
 from minductor import cudagraphs
-from minductor.capture import graph_splitters
+from minductor.capture import GraphKind, graph_splitters
 from minductor.cudagraphs import (
     RECORDERS,
     CUDAGraphed,
@@ -179,7 +179,7 @@ def test_split_graph_drops_a_value_after_its_last_reader(stand_in):
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = list(output.args[0])
     runs = [(None, p) for p in pieces]
-    split = SplitGraph(runs, inputs, {}, outputs, None, "inference")
+    split = SplitGraph(runs, inputs, {}, outputs, None, GraphKind.INFERENCE)
     dropped = [_names(dead) for _, _, _, dead in split.steps]
     assert "tanh" in dropped[1]  # read last by mul, outside
     assert "x_1" in dropped[0] and "w_1" in dropped[0]

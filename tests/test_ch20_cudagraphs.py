@@ -18,7 +18,7 @@ from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (registers the backend)
-from minductor.capture import graph_wrappers
+from minductor.capture import GraphKind, graph_wrappers
 from minductor.cudagraphs import (
     RECORDERS,
     CUDAGraphed,
@@ -71,7 +71,7 @@ def _assert_invalidated(t):
 
 def _facts(fn, *inputs, static=(), mode="fake", on_gpu=True):
     gm = make_fx(fn, tracing_mode=mode)(*inputs)
-    facts = graph_facts(gm, inputs, "inference", frozenset(static))
+    facts = graph_facts(gm, inputs, GraphKind.INFERENCE, frozenset(static))
     if on_gpu:
         facts = dataclasses.replace(facts, devices=frozenset({"cuda"}))
     return facts

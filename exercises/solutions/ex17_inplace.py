@@ -195,7 +195,7 @@ print(call_lines(plain_source))
 #   where it writes `buf0[x0 + 50*x1]`);
 # * **written by the graph**: an input mutated in place (`x.add_(1)`, which becomes a
 #   `MutationBuffer` into `x_1` at the end of the graph) is read by that mutation;
-# * **its layout**: `scheduler._buffer(name)` gives a graph input's `InputBuffer`,
+# * **its layout**: `scheduler.buffer(name)` gives a graph input's `InputBuffer`,
 #   whose layout is the tensor's at compile time (its `offset` is the storage offset,
 #   so `same_memory` refuses an input that starts inside its storage). A size input
 #   (a `SymInt`) has no buffer: `None`.
@@ -221,7 +221,7 @@ print(call_lines(plain_source))
 # * has this member as its only reader: `readers[old] == {member.get_name()}`;
 # * is read through one dependency, `MemoryDep(old, write.index)`, where `write` is
 #   the member's only write: `{d for d in member.reads if d.name == old}` is that set;
-# * is a buffer (`scheduler._buffer(old)` is not `None`) whose layout is
+# * is a buffer (`scheduler.buffer(old)` is not `None`) whose layout is
 #   `same_memory` as the member's output layout;
 # * was not given to another output already.
 #
@@ -270,7 +270,7 @@ def candidates(scheduler, donated):
             name, out = member.get_name(), member.node
             (write,) = member.writes
             for old in sorted(member.read_names - scheduler.output_names - made_here):
-                buf = scheduler._buffer(old)
+                buf = scheduler.buffer(old)
                 if (
                     (old not in graph.graph_inputs or old in givable)
                     and readers[old] == {name}

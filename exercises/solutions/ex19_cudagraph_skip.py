@@ -57,7 +57,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (before Triton is imported; registers the backend)
-from minductor.capture import graph_wrappers
+from minductor.capture import GraphKind, graph_wrappers
 from minductor.cudagraphs import (
     RECORDERS,
     SKIP_CHECKS,
@@ -73,7 +73,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def facts_of(fn, *inputs, static=()):
     """The facts of fn's graph (traced with fake tensors), read as on a GPU."""
     gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    facts = graph_facts(gm, inputs, "inference", frozenset(static))
+    facts = graph_facts(gm, inputs, GraphKind.INFERENCE, frozenset(static))
     return dataclasses.replace(facts, devices=frozenset({"cuda"}))
 
 
