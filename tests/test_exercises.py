@@ -1,9 +1,16 @@
 """Every exercise: the solution's checks pass, the stub's checks fail, stubs are fresh.
 
-Each notebook runs in a child process (this file run as a script), so what an
-exercise registers (a lowering, a fusion rule) never leaks into other tests. The
-child executes the notebook without its check cells (see tools/make_stubs.py), then
-calls every ``test_*`` function itself and reports the outcomes as JSON.
+Each notebook runs in a child process of its own, so what an exercise registers (a
+lowering, a fusion rule) never leaks into other tests. The child executes the
+notebook without its check cells (see tools/make_stubs.py), then calls every
+``test_*`` function itself and reports the outcomes as JSON.
+
+Starting Python and importing torch and minductor takes about 4 s, most of a small
+notebook's run. So the children are forked from a *zygote*: one process per test
+worker (this file run with ``--serve``) that imports them once, then forks a fresh
+child for each notebook it is sent. A fork is a copy of a process that has imported
+and nothing else, which is what a new process would be, minus the 4 s. Where fork is
+not available, each notebook gets a new process (this file run as a script).
 """
 
 import ast
@@ -80,18 +87,70 @@ def run_notebook(path: Path) -> dict:
     return report
 
 
-def run_child(path: Path) -> dict:
+def _child_env() -> dict:
     env = dict(os.environ)
     paths = [str(REPO), str(REPO / "exercises"), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    cmd = [sys.executable, __file__, str(path)]
-    proc = subprocess.run(
-        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
-    )
-    for line in reversed(proc.stdout.splitlines()):
+    return env
+
+
+def serve() -> None:
+    """The zygote: import once, then fork a child per path read from stdin. The
+    child's output goes to the file named after the path; the zygote answers with
+    the child's exit status."""
+    import minductor  # noqa: F401  (torch, Triton, every chapter: the 4 s)
+
+    for request in sys.stdin:
+        path, out = request.rstrip("\n").split("\t")
+        pid = os.fork()
+        if pid == 0:  # the child: a fresh copy of an importing process
+            status = 1
+            try:
+                with open(out, "w", encoding="utf-8") as sink:
+                    os.dup2(sink.fileno(), 1)
+                    os.dup2(sink.fileno(), 2)
+                    sys.stdout = sys.stderr = sink
+                    print(RESULT + json.dumps(run_notebook(Path(path))), flush=True)
+                status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+
+
+_zygote: subprocess.Popen | None = None
+
+
+def _forked(path: Path, out: Path) -> int:
+    """Run path in a child forked by this worker's zygote; the child's exit code."""
+    global _zygote
+    if _zygote is None or _zygote.poll() is not None:
+        _zygote = subprocess.Popen(
+            [sys.executable, __file__, "--serve"],
+            cwd=REPO, env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+    _zygote.stdin.write(f"{path}\t{out}\n")
+    _zygote.stdin.flush()
+    return int(_zygote.stdout.readline() or 1)
+
+
+def run_child(path: Path, tmp_path: Path) -> dict:
+    out = tmp_path / f"{path.stem}.out"
+    if hasattr(os, "fork"):
+        code = _forked(path, out)
+        text = out.read_text(encoding="utf-8") if out.exists() else ""
+    else:
+        cmd = [sys.executable, __file__, str(path)]
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=_child_env(), capture_output=True, text=True,
+            timeout=1200,
+        )  # fmt: skip
+        code, text = proc.returncode, proc.stdout + proc.stderr
+    for line in reversed(text.splitlines()):
         if line.startswith(RESULT):
             return json.loads(line[len(RESULT) :])
-    pytest.fail(f"{path.name}: child process failed\n{proc.stdout}\n{proc.stderr}")
+    pytest.fail(f"{path.name}: the child failed (exit {code})\n{text[-5000:]}")
 
 
 def ids(paths):
@@ -104,8 +163,8 @@ if not SOLUTIONS and __name__ != "__main__":
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=ids(SOLUTIONS))
-def test_solution_checks_pass(solution):
-    report = run_child(solution)
+def test_solution_checks_pass(solution, tmp_path):
+    report = run_child(solution, tmp_path)
     assert report["import_error"] is None, report["import_error"]
     assert report["checks"], f"{solution.name} defines no test_* checks"
     failed = [
@@ -119,10 +178,10 @@ def test_solution_checks_pass(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=ids(SOLUTIONS))
-def test_stub_checks_fail(solution):
+def test_stub_checks_fail(solution, tmp_path):
     stub = REPO / "exercises" / solution.name
     assert stub.exists(), f"{stub} is missing: run `python tools/make_stubs.py`"
-    report = run_child(stub)
+    report = run_child(stub, tmp_path)
     assert report["import_error"] is None, (
         f"the stub fails before any check runs; code outside functions must not use "
         f"the learner's part:\n{report['import_error']}"
@@ -148,4 +207,7 @@ def test_stubs_are_fresh():
 
 
 if __name__ == "__main__":
-    print(RESULT + json.dumps(run_notebook(Path(sys.argv[1]).resolve())))
+    if sys.argv[1] == "--serve":
+        serve()
+    else:
+        print(RESULT + json.dumps(run_notebook(Path(sys.argv[1]).resolve())))
