@@ -418,23 +418,33 @@ def why_not_reinplace(copy: torch.fx.Node) -> str | None:
         return f"{r} is not a scatter with an in-place form"
     if r.args[0] is not x:
         return f"{r} scatters into {r.args[0]}, not into {x}"
+    why = _why_not_written(r, x, _views(x) - {copy}, readers_after={copy})
+    if why is not None:
+        return why
+    (output,) = r.graph.find_nodes(op="output")
+    returned = [a for a in output.all_input_nodes if a in _views(r)]
+    if returned:
+        return f"{returned[0]} is a graph output"
+    return None
+
+
+def _why_not_written(r, x, shared: set, readers_after=frozenset()) -> str | None:
+    """The conditions on the scatter r into x, whatever x is: layouts, sums, masks,
+    and no read of memory in `shared` (x's) by r itself, or after r but by the
+    readers allowed (the copy_ that the write replaces)."""
     if not _same_layout(_val(x), _val(r)):
         return f"{r} is laid out unlike {x}"
     if _sums_16_bit(r):
         return f"{r} sums {_val(x).dtype}, in float32 in a copy"
     if _masked(r):
         return f"{r} writes through a boolean mask, already in one pass"
-    nodes = list(copy.graph.nodes)
-    views_of_x = _views(x) - {copy}
+    nodes = list(r.graph.nodes)
     for n in nodes[nodes.index(r) + 1 :]:
-        read = [a for a in n.all_input_nodes if a in views_of_x]
-        if n is not copy and read:
+        read = [a for a in n.all_input_nodes if a in shared]
+        if read and n not in readers_after:
             return f"{n} reads {read[0]} after {r} writes it"
-    if any(a in views_of_x for a in r.all_input_nodes if a is not x):
+    if any(a in shared for a in r.all_input_nodes if a is not x):
         return f"{r} reads a view of {x}, which it writes"
-    returned = [a for a in nodes[-1].all_input_nodes if a in _views(r)]
-    if returned:
-        return f"{returned[0]} is a graph output"
     return None
 
 
@@ -553,21 +563,7 @@ def why_not_reinplace_in_graph(r: torch.fx.Node) -> str | None:
         return f"{x} lives in {root}'s memory, which is not the graph's"
     if getattr(x.target, "is_view", False) or x.target in VIEW_OPS:
         return f"{x} is a view of {x.args[0]}"
-    if not _same_layout(_val(x), _val(r)):
-        return f"{r} is laid out unlike {x}"
-    if _sums_16_bit(r):
-        return f"{r} sums {_val(x).dtype}, in float32 in a copy"
-    if _masked(r):
-        return f"{r} writes through a boolean mask, already in one pass"
-    nodes = list(r.graph.nodes)
-    shared = _views(root)
-    for n in nodes[nodes.index(r) + 1 :]:
-        read = [a for a in n.all_input_nodes if a in shared]
-        if read:
-            return f"{n} reads {read[0]} after {r} writes it"
-    if any(a in shared for a in r.all_input_nodes if a is not x):
-        return f"{r} reads a view of {x}, which it writes"
-    return None
+    return _why_not_written(r, x, _views(root))
 
 
 def _reaches(value: TensorBox, x: TensorBox) -> bool:
