@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import sympy
@@ -114,6 +114,8 @@ class Loops(IRNode):
     dtype: torch.dtype
     inner_fn: Callable[..., Any]
     ranges: tuple[sympy.Expr, ...]
+    # the graph's nodes computed in this body (chapter 6 fills them in)
+    origin_nodes: frozenset[torch.fx.Node] = field(default=frozenset(), kw_only=True)
 
     def get_size(self):
         return self.ranges
@@ -337,6 +339,7 @@ class ReinterpretView(LaidOut):
 
     data: Buffer
     layout: FixedLayout  # its offset counts from data's first element
+    origin_nodes: frozenset[torch.fx.Node] = field(default=frozenset(), kw_only=True)
 
     def make_loader(self) -> InnerFn:
         name, layout = self.data.name, self.layout
@@ -376,6 +379,7 @@ class GenericView(IRNode):
     box: TensorBox
     size: tuple[sympy.Expr, ...]
     reindex: Callable[[Index], Index]  # view index -> index into box
+    origin_nodes: frozenset[torch.fx.Node] = field(default=frozenset(), kw_only=True)
 
     def get_size(self):
         return self.size
@@ -511,8 +515,20 @@ def computed_view(view: GenericView) -> Pointwise:
     while isinstance(inner, GenericView):
         inner = inner.box.data
     origins = getattr(inner, "origins", frozenset())
-    loader = view.make_loader()
-    return Pointwise(view.get_device(), view.get_dtype(), loader, view.size, origins)
+    device, dtype, loader = view.get_device(), view.get_dtype(), view.make_loader()
+    nodes = origin_nodes_of(view)
+    return Pointwise(device, dtype, loader, view.size, origins, origin_nodes=nodes)
+
+
+def origin_nodes_of(value: Any) -> frozenset[torch.fx.Node]:
+    """The graph's nodes computed where `value` is read: a body's, or a view's and
+    those of what it views; none for a buffer, whose own kernel computed them."""
+    data = value.data if isinstance(value, TensorBox) else value
+    if isinstance(data, GenericView):
+        return data.origin_nodes | origin_nodes_of(data.box)
+    if isinstance(data, (Loops, ReinterpretView)):
+        return data.origin_nodes
+    return frozenset()
 
 
 @dataclass(frozen=True, eq=False)

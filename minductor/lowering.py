@@ -25,10 +25,12 @@ from minductor.ir import (
     MultiOutputLayout,
     Pointwise,
     Reduction,
+    ReinterpretView,
     TensorBox,
     as_expr,
     as_exprs,
     computed_view,
+    origin_nodes_of,
     strided_view,
 )
 from minductor.ops import ops
@@ -267,6 +269,8 @@ class GraphLowering(torch.fx.Interpreter):
         # (chapter 12's matmul operands)
         self.zero_padded: dict[str, tuple] = {}
         self.current_node: torch.fx.Node | None = None
+        # each buffer's origin nodes, by name: what chapter 17 writes above its launch
+        self.origin_nodes: dict[str, frozenset[torch.fx.Node]] = {}
         self._names = 0  # how many buffer names were handed out
         self.user_visible = user_visible
         self.layout_opt = any(decide(self) for decide in layout_decisions)
@@ -292,6 +296,12 @@ class GraphLowering(torch.fx.Interpreter):
                 f"{buf.name} would be a kernel on the CPU in a graph on {self.device}"
             )
         self.buffers.append(buf)
+        # a body lowered by run_node carries its nodes; one built and stored inside a
+        # lowering gets the lowering's (see run_node below)
+        nodes = origin_nodes_of(getattr(buf, "data", None))
+        if not nodes and self.current_node is not None:
+            nodes = self.lowering_nodes()
+        self.origin_nodes[buf.name] = nodes
 
     def lower(self) -> GraphLowering:
         self.run(*self.example_inputs)
@@ -649,11 +659,27 @@ class GraphLowering(torch.fx.Interpreter):
         return result
 
     def _add_origin(self, box: TensorBox) -> None:
-        if isinstance(box.data, (Pointwise, Reduction)):
+        data = box.data
+        if isinstance(data, (Pointwise, Reduction)):
             target = self.current_node.target
             name = getattr(target, "__name__", str(target)).split(".")[0]
-            origins = box.data.origins | {name}
-            box.data = dataclasses.replace(box.data, origins=origins)
+            data = dataclasses.replace(data, origins=data.origins | {name})
+        if isinstance(data, (Pointwise, Reduction, ReinterpretView)):
+            nodes = self.lowering_nodes()
+        elif isinstance(data, GenericView):  # what it views is looked up when read
+            nodes = frozenset({self.current_node})
+        else:
+            return  # a buffer: register_buffer gave it its nodes
+        box.data = dataclasses.replace(data, origin_nodes=data.origin_nodes | nodes)
+
+    def lowering_nodes(self) -> frozenset[torch.fx.Node]:
+        """The node being lowered and the nodes its inputs bring into its value."""
+        n = self.current_node
+        found = {n} if n.op == "call_function" else set()
+        for arg in n.all_input_nodes:
+            for value in pytree.tree_leaves(self.env.get(arg)):
+                found |= origin_nodes_of(value)
+        return frozenset(found)
 
     def realize_intermediate(self, box: TensorBox) -> Buffer:
         """Store a value that a lowering goes on to read (a graph=True lowering)."""

@@ -23,6 +23,7 @@ from minductor.ir import (
     TensorBox,
     as_expr,
     as_exprs,
+    origin_nodes_of,
     strided_view,
 )
 from minductor.lowering import (
@@ -690,6 +691,7 @@ def cat(graph, tensors, dim=0):
     layout = FixedLayout.contiguous(device, dtype, size)
     name = graph.new_buffer_name()
     pieces, start = [], sympy.Integer(0)
+    here = {graph.current_node} - {None}  # each piece is traced to it and its input
     for t in tensors:
         part = t.get_size()
         if product(part) != 0:
@@ -697,7 +699,10 @@ def cat(graph, tensors, dim=0):
             slot = NonOwningLayout(device, dtype, tuple(part), layout.stride, offset, name)
             load = converting_loader(t, part, dtype)
             origins = origins_of([t]) | {"cat"}
-            body = Pointwise(device, dtype, load, tuple(part), origins)
+            nodes = origin_nodes_of(t) | here  # chapter 17's comments
+            body = Pointwise(
+                device, dtype, load, tuple(part), origins, origin_nodes=nodes
+            )
             piece = ComputedBuffer(graph.new_buffer_name(), slot, body)
             graph.register_buffer(piece)
             pieces.append(piece)

@@ -71,10 +71,11 @@ class KernelCallLine:
     comment: str = ""  # what autotuning chose (chapter 19)
     site: str = ""  # the name of its CallSite, or SizedSite for symbolic sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
+    sources: str = ""  # the graph's nodes it computes, as a comment (see below)
 
     def codegen(self) -> str:
-        line = self.launch_line()
-        return f"{self.comment}\n{line}" if self.comment else line
+        lines = (self.sources, self.comment, self.launch_line())
+        return "\n".join(line for line in lines if line)
 
     def launch_line(self) -> str:
         k = self.kernel
@@ -186,10 +187,13 @@ def restride_line(buf: Buffer, aten_only: bool) -> str:
 class ExternCallLine:
     node: FallbackKernel
     aten_only: bool = False  # no generated code reads the result
+    sources: str = ""
 
     def codegen(self) -> str:
         n = self.node
         call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
+        if self.sources:
+            call = f"{self.sources}\n{call}"
         if not isinstance(n.layout, FixedLayout):
             return call
         return f"{call}\n{restride_line(n, self.aten_only)}"
@@ -204,10 +208,12 @@ class ExternCallLine:
 @dataclass(frozen=True)
 class ExternKernelOutLine:
     node: ExternKernelOut
+    sources: str = ""
 
     def codegen(self) -> str:
         n = self.node
-        return f"{n.kernel}({', '.join(codegen_call_args(n))}, out={n.name})"
+        call = f"{n.kernel}({', '.join(codegen_call_args(n))}, out={n.name})"
+        return f"{self.sources}\n{call}" if self.sources else call
 
     def uses(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.node.input_buffers()) + (self.node.name,)
@@ -343,9 +349,11 @@ class WrapperCodeGen:
                     self.lines.append(ConcatLine(node.node))
                 elif isinstance(node.node, ExternKernelOut):  # into planned memory
                     self.lines += self.allocate(node.node.name, node.node.layout)
-                    self.lines.append(ExternKernelOutLine(node.node))
+                    sources = self.sources_comment([node.node.name])
+                    self.lines.append(ExternKernelOutLine(node.node, sources))
                 else:
-                    self.lines.append(ExternCallLine(node.node))
+                    sources = self.sources_comment([node.node.name])
+                    self.lines.append(ExternCallLine(node.node, sources=sources))
                 continue
             kernel = generate_kernel(
                 node, removed, self.interpret, self.graph.sizevars, over
@@ -369,7 +377,8 @@ class WrapperCodeGen:
             comment = ""
             if config.max_autotune:  # chapter 19: measure a few blocks, keep the best
                 kernel, comment = self.autotune(kernel)
-            self.lines.append(KernelCallLine(name, kernel, comment))
+            sources = self.sources_comment([m.get_name() for m in node.snodes])
+            self.lines.append(KernelCallLine(name, kernel, comment, sources=sources))
         for planner in memory_plan:  # chapter 18: where names die, what is reused
             planner(self)
         self.mark_aten_only()
@@ -582,6 +591,38 @@ class WrapperCodeGen:
         return ["def benchmark_compiled_module(times=10, repeat=10):"] + [
             "    " + line for line in body
         ]
+
+
+    @functools.cached_property
+    def node_order(self) -> dict[torch.fx.Node, int]:
+        return {n: k for k, n in enumerate(self.graph.module.graph.nodes)}
+
+    def sources_comment(self, names: list[str], most: int = 8) -> str:
+        """The comment above the line that writes buffers `names`: the source nodes and
+        the original ATen ops of their origin nodes, in the graph's order."""
+        origin_nodes = self.graph.origin_nodes
+        found = frozenset().union(*(origin_nodes.get(n, frozenset()) for n in names))
+        sources: dict[str, None] = {}  # ordered sets
+        atens: dict[str, None] = {}
+        for node in sorted(found, key=lambda n: self.node_order.get(n, -1)):
+            from_node = node.meta.get("from_node")  # the Dynamo node it was traced from
+            sources[from_node[0].name if from_node else node.name] = None
+            aten = node.meta.get("original_aten") or node.target
+            if isinstance(aten, torch._ops.OpOverload):
+                atens[str(aten._overloadpacket)] = None  # aten.native_layer_norm
+        if not sources:
+            return ""
+
+        def listed(items: dict[str, None]) -> str:
+            shown = list(items)[:most]
+            if len(items) > most:
+                shown.append(f"... {len(items) - most} more")
+            return "[" + ", ".join(shown) + "]"
+
+        return (
+            f"# Topologically Sorted Source Nodes: {listed(sources)}, "
+            f"Original ATen: {listed(atens)}"
+        )
 
 
     def aligned_names(self) -> set[str]:
