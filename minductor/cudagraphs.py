@@ -104,7 +104,7 @@ def graph_facts(
 
 
 def static_input_idxs(info: GraphInfo) -> frozenset[int]:
-    if info.kind is GraphKind.BACKWARD:  # candidates: CUDAGraphed._static keeps stable ones
+    if info.kind is GraphKind.BACKWARD:  # candidates: CUDAGraphed._static keeps the stable
         names = [n.name for n in info.gm.graph.find_nodes(op="placeholder")]
         return frozenset(i for i, name in enumerate(names) if "tangents" not in name)
     context = TracingContext.try_get()
