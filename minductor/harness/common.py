@@ -216,6 +216,22 @@ def missing(library: str) -> str | None:
     return None
 
 
+def start(args, listing: Callable[[], str], child_main: Callable) -> int | None:
+    """What every suite's `main` does first: `--list` prints the list, `--child` runs
+    one child's share (both return its exit status); else None, after a note when
+    there is no GPU to measure on."""
+    if args.list:
+        print(listing())
+        return 0
+    if args.child:
+        return child_main(args)
+    if not torch.cuda.is_available() and not args.tiny:
+        print(
+            "no GPU: kernels run in Triton's interpreter; try --tiny", file=sys.stderr
+        )
+    return None
+
+
 def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return "—" if value is None else format(value * scale, spec)
 

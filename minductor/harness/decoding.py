@@ -504,15 +504,8 @@ def listing() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.list:
-        print(listing())
-        return 0
-    if args.child:
-        return child_main(args)
-    if not torch.cuda.is_available() and not args.tiny:
-        print(
-            "no GPU: kernels run in Triton's interpreter; try --tiny", file=sys.stderr
-        )
+    if (status := common.start(args, listing, child_main)) is not None:
+        return status
     print(markdown(run_suite(args)))
     return 0
 

@@ -664,15 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--decode" in argv:  # the decoding workloads, chapters/measuring_decoding.md
         return importlib.import_module("minductor.harness.decoding").main(argv)
     args = parse_args(argv)
-    if args.list:
-        print(listing())
-        return 0
-    if args.child:
-        return child_main(args)
-    if not torch.cuda.is_available() and not args.tiny:
-        print(
-            "no GPU: kernels run in Triton's interpreter; try --tiny", file=sys.stderr
-        )
+    if (status := common.start(args, listing, child_main)) is not None:
+        return status
     rows = run_suite(args)
     print(markdown(rows))
     if args.svg:
