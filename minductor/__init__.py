@@ -25,7 +25,8 @@ from minductor import (  # noqa: E402, F401
     codegen_reductions,  # ch. 16: not a lowering; joins codegen_triton's kernel kinds
     memory,  # ch. 18: not a lowering; joins the wrapper's memory hooks
     cudagraphs,  # ch. 20: not a lowering; joins capture's graph_wrappers
-    debug,  # ch. 21: debug folders, torch's logs and traces, explain
+    partition,  # ch. 21: not a lowering; joins capture's graph_splitters
+    debug,  # ch. 22: debug folders, torch's logs and traces, explain
 )
 
 
@@ -38,7 +39,7 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
-from minductor.debug import explain  # noqa: E402  (ch. 21)
+from minductor.debug import explain  # noqa: E402  (ch. 22)
 
 _register()
 if config.debug:

@@ -48,7 +48,7 @@ class CompiledGraph:
 
 _observers: list[list[CompiledGraph]] = []
 # called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
-# chapter 21 writes debug folders and logs from here
+# chapter 22 writes debug folders and logs from here
 compile_hooks = PIPELINE["compile_hooks"]
 
 
@@ -187,7 +187,7 @@ class GraphInfo:
 graph_passes = PIPELINE["graph_passes"]
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 20)
 graph_wrappers = PIPELINE["graph_wrappers"]
-# each may compile a graph in pieces instead; None leaves it whole (ch. 20)
+# each may compile a graph in pieces instead; None leaves it whole (ch. 21)
 graph_splitters = PIPELINE["graph_splitters"]
 # each rewrites an ATen graph in place right before it is lowered (ch. 8, 10, 11)
 aten_passes = PIPELINE["aten_passes"]

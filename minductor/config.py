@@ -61,10 +61,10 @@ class Config:
     cudagraphs: bool = False
     # most recordings of a graph (one per input shape) before plain launches (ch. 20)
     cudagraph_max_recordings: int = 8
-    # split a graph around ops a CUDA graph cannot hold and record the rest (ch. 20)
+    # split a graph around ops a CUDA graph cannot hold and record the rest (ch. 21)
     cudagraph_split: bool = True
     # a debug folder per compiled graph under this one; "" writes none unless
-    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 21)
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 22)
     debug_dir: str = ""
 
     @contextlib.contextmanager

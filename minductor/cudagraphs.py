@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-import operator
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
-from functorch.compile import make_boxed_func
 from torch._guards import TracingContext
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from minductor.capture import (
-    CompiledGraph,
-    GraphInfo,
-    GraphKind,
-    aten_passes,
-    compile_fx,
-    graph_splitters,
-    graph_wrappers,
-)
+from minductor.capture import CompiledGraph, GraphInfo, GraphKind, graph_wrappers
 from minductor.config import config
 
 log = logging.getLogger("minductor")
@@ -50,7 +39,7 @@ def _nbytes(x: Any) -> int:
     return n if isinstance(n, int) else 0
 
 
-def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
+def written_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The arguments node writes into (copy_ into an input, index_put_)."""
     schema = getattr(node.target, "_schema", None)
     return [
@@ -78,7 +67,7 @@ def graph_facts(
         if node.op != "call_function":
             continue
         ops.add(getattr(node.target, "overloadpacket", node.target))
-        for arg in _written(node):  # copy_(input, new), or add_(input, 1)
+        for arg in written_args(node):  # copy_(input, new), or add_(input, 1)
             if arg in position:
                 mutated.add(position[arg])
     devices |= {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
@@ -378,7 +367,7 @@ class CUDAGraphed:
         self.pool, self.static, self.if_stable = pool, static, if_stable
         self.mutates = mutates  # it writes into an input: see CUDARecording
         self.name = name or f"{info.kind} of function {pool.number}"
-        self.recorder = RECORDERS[next(iter(_devices(info)), "cuda")]
+        self.recorder = RECORDERS[next(iter(input_devices(info)), "cuda")]
         self.max_recordings = config.cudagraph_max_recordings
         self.warmed_up: set[tuple] = set()
         self.recordings: dict[tuple, Recording] = {}
@@ -551,21 +540,26 @@ class CUDAGraphed:
         return recording, self._outputs(recording, inputs)
 
 
-def _devices(info: GraphInfo) -> set[str]:
+def input_devices(info: GraphInfo) -> set[str]:
     return {x.device.type for x in info.example_inputs if isinstance(x, torch.Tensor)}
 
 
 _numbers = itertools.count()
 
 
-def _shared_pool(info: GraphInfo, number: int, device: str) -> CUDAGraphPool:
+def function_number(info: GraphInfo) -> int:
+    """The number of this Dynamo graph in the log: "function 0"."""
+    return info.shared.setdefault("cudagraph_number", next(_numbers))
+
+
+def shared_pool(info: GraphInfo, number: int, device: str) -> CUDAGraphPool:
     """The pool of this Dynamo graph: made by its forward, shared by its backward."""
     if "cudagraph_pool" not in info.shared:
         info.shared["cudagraph_pool"] = CUDAGraphPool(device, number)
     return info.shared["cudagraph_pool"]
 
 
-def _static_and_stable(info: GraphInfo) -> tuple[frozenset[int], frozenset[int]]:
+def static_and_stable(info: GraphInfo) -> tuple[frozenset[int], frozenset[int]]:
     """Inputs static always, and inputs static while in the pool's memory: a
     backward's candidates are the second kind."""
     static = static_input_idxs(info)
@@ -582,208 +576,17 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
         isinstance(compiled, CompiledGraph),
     )
     reason = skip_reason(facts)
-    number = info.shared.setdefault("cudagraph_number", next(_numbers))
+    number = function_number(info)
     if reason is not None:
         log.info(
             "minductor: cudagraphs: skipping the %s of function %d: %s",
             info.kind, number, reason,
         )
         return compiled
-    pool = _shared_pool(info, number, next(iter(facts.devices), "cuda"))
-    static, if_stable = _static_and_stable(info)
+    pool = shared_pool(info, number, next(iter(facts.devices), "cuda"))
+    static, if_stable = static_and_stable(info)
     mutates = bool(facts.mutated_inputs)
     return CUDAGraphed(compiled, info, pool, static, mutates, if_stable)
 
 
 graph_wrappers.register(cudagraphify, chapter=20)
-
-
-SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-def why_outside(node: torch.fx.Node) -> str | None:
-    """Why a recording cannot hold this node of an ATen graph; None if it can."""
-    if node.op != "call_function":
-        return None
-    packet = getattr(node.target, "overloadpacket", node.target)
-    if packet in UNCAPTURABLE_OPS:
-        return f"{packet}: {UNCAPTURABLE_OPS[packet]}"
-    read = [p.meta.get("val") for p in node.all_input_nodes]
-    for value in pytree.tree_leaves([read, node.meta.get("val")]):
-        if isinstance(value, torch.Tensor) and value.device.type not in RECORDERS:
-            return f"{node.target}: {value.device.type} tensors"
-    if node.meta.get("unbacked_bindings"):
-        return f"{node.target}: its output's size depends on the data"
-    for value in read:
-        if isinstance(value, SYMBOLIC) and free_unbacked_symbols(value):
-            return f"{node.target}: reads a number computed from the data"
-    return None
-
-
-@dataclass
-class Piece:
-    nodes: list[torch.fx.Node]
-    reason: str | None  # why it runs outside a recording; None: it is recorded
-    inputs: list[torch.fx.Node] = field(default_factory=list)  # made before it
-    outputs: list[torch.fx.Node] = field(default_factory=list)  # read after it
-
-
-def _launches(node: torch.fx.Node) -> bool:
-    """Does the node compute a tensor (not a view, not a size)?"""
-    values = pytree.tree_leaves(node.meta.get("val"))
-    is_view = getattr(node.target, "is_view", False) or node.target is operator.getitem
-    return not is_view and any(isinstance(v, torch.Tensor) for v in values)
-
-
-def _readers(value: torch.fx.Node) -> list[torch.fx.Node]:
-    """The nodes that read value, directly or through views of it."""
-    found = []
-    for user in value.users:
-        found.append(user)
-        if getattr(user.target, "is_view", False):
-            found += _readers(user)
-    return found
-
-
-def plan_pieces(gm: torch.fx.GraphModule) -> list[Piece]:
-    """The graph's computing nodes in pieces, in the order they run."""
-    level: dict[torch.fx.Node, int] = {}
-    reason: dict[torch.fx.Node, str | None] = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        made = [p for p in node.all_input_nodes if p in level]
-        for written in _written(node):  # after everything that reads the old value
-            made += [r for r in _readers(written) if r in level and r is not node]
-        if node.target is operator.getitem and made:  # one result of its source
-            reason[node], level[node] = reason[made[0]], level[made[0]]
-            continue
-        reason[node] = why_outside(node)
-        outside = reason[node] is not None
-        after = [level[p] + (outside and reason[p] is None) for p in made]
-        level[node] = max(after, default=0)
-    groups: dict[tuple[int, bool], list[torch.fx.Node]] = {}
-    for node in level:  # the graph's order; at each level, the outside piece first
-        groups.setdefault((level[node], reason[node] is None), []).append(node)
-    pieces = []
-    for (_, recorded), nodes in sorted(groups.items()):  # (keys are all different)
-        why = None if recorded else next(reason[n] for n in nodes if reason[n])
-        if why is None and not any(_launches(n) for n in nodes):
-            why = "launches nothing: views and sizes only"
-        pieces.append(Piece(nodes, why))
-    where = {node: k for k, piece in enumerate(pieces) for node in piece.nodes}
-    for k, piece in enumerate(pieces):
-        inputs: dict[torch.fx.Node, None] = {}
-        for node in piece.nodes:
-            inputs.update((p, None) for p in node.all_input_nodes if where.get(p) != k)
-            if any(where.get(user) != k for user in node.users):
-                piece.outputs.append(node)
-        piece.inputs = list(inputs)
-    return pieces
-
-
-def piece_module(gm: torch.fx.GraphModule, piece: Piece) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in piece.inputs:
-        env[node] = graph.placeholder(node.name)
-        env[node].meta = dict(node.meta)
-    for node in piece.nodes:
-        env[node] = graph.node_copy(node, env.__getitem__)
-    graph.output(tuple(env[node] for node in piece.outputs))
-    return torch.fx.GraphModule(gm, graph)
-
-
-class SplitGraph:
-    """A graph run as pieces: recorded ones replay, the others run with ATen."""
-
-    def __init__(self, runs, inputs, constants, outputs, pool: CUDAGraphPool, kind):
-        self._boxed_call = True
-        self.inputs, self.constants, self.outputs = inputs, constants, outputs
-        self.pool, self.kind = pool, kind
-        last = {n: k for k, (_, piece) in enumerate(runs) for n in piece.inputs}
-        kept = set(outputs)
-        self.steps = [  # per piece: how it runs, what it reads and makes, then drops
-            (run, piece.inputs, piece.outputs,
-             [n for n in piece.inputs if last[n] == k and n not in kept])
-            for k, (run, piece) in enumerate(runs)
-        ]  # fmt: skip
-
-    def __call__(self, args: list[Any]) -> list[Any]:
-        values = dict(self.constants)
-        values.update(zip(self.inputs, args))
-        args.clear()
-        self.pool.begin_call(self.kind)  # one step for all the pieces
-        try:
-            for run, reads, makes, dead in self.steps:
-                values.update(zip(makes, run([values[n] for n in reads])))
-                for node in dead:
-                    del values[node]
-        finally:
-            self.pool.end_call(self.kind)
-        return [values[o] if isinstance(o, torch.fx.Node) else o for o in self.outputs]
-
-
-def _recorded(module, examples, info, pool, static, if_stable, name):
-    """A piece's callable, recorded if it passes the checks, and its output strides."""
-    with TracingContext.report_output_strides() as strides:
-        compiled = compile_fx(module, examples)
-    facts = graph_facts(
-        module, examples, info.kind, static, isinstance(compiled, CompiledGraph)
-    )
-    if (why := skip_reason(facts)) is not None:
-        log.info("minductor: cudagraphs: skipping the %s: %s", name, why)
-        return compiled, strides
-    piece_info = GraphInfo(module, examples, info.kind, info.shared)
-    graphed = CUDAGraphed(
-        compiled, piece_info, pool, static, bool(facts.mutated_inputs), if_stable, name
-    )
-    return graphed._run, strides
-
-
-def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
-    if not (config.cudagraphs and config.cudagraph_split):
-        return None
-    gm = info.gm
-    for rewrite in aten_passes:  # chapter 8's moves CPU factories to the GPU
-        rewrite(gm)
-    pieces = plan_pieces(gm)
-    if all(p.reason for p in pieces) or not any(p.reason for p in pieces):
-        return None  # recorded whole, or not at all: cudagraphify decides and says
-    number = info.shared.setdefault("cudagraph_number", next(_numbers))
-    device = next(iter(_devices(info) & RECORDERS.keys()), "cuda")
-    pool = _shared_pool(info, number, device)
-    inputs = list(gm.graph.find_nodes(op="placeholder"))
-    static, stable = ({inputs[i] for i in at} for at in _static_and_stable(info))
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    outputs = list(pytree.arg_tree_leaves(*output.args))
-    constants = {n: getattr(gm, n.target) for n in gm.graph.find_nodes(op="get_attr")}
-    known = {**dict(zip(inputs, info.example_inputs)), **constants}
-    runs, reported, recorded = [], {}, 0
-    for k, piece in enumerate(pieces):
-        module = piece_module(gm, piece)
-        if piece.reason is not None:
-            runs.append((make_boxed_func(module.forward), piece))
-            continue
-        at = {n: i for i, n in enumerate(piece.inputs)}
-        run, strides = _recorded(
-            module, [known.get(n, n.meta.get("val")) for n in piece.inputs], info, pool,
-            frozenset(at[n] for n in static if n in at),
-            frozenset(at[n] for n in stable if n in at),
-            f"{info.kind} of function {number}, piece {k}",
-        )  # fmt: skip
-        runs.append((run, piece))
-        reported.update(zip(piece.outputs, strides or ()))
-        recorded += isinstance(getattr(run, "__self__", None), CUDAGraphed)
-    context = TracingContext.try_get()
-    if getattr(context, "output_strides", None) is not None:  # a forward's
-        context.output_strides.extend(reported.get(o) for o in outputs)
-    log.info(
-        "minductor: cudagraphs: the %s of function %d runs in %d pieces, %d recorded; "
-        "outside: %s", info.kind, number, len(pieces), recorded,
-        "; ".join(dict.fromkeys(p.reason for p in pieces if p.reason)),
-    )  # fmt: skip
-    return SplitGraph(runs, inputs, constants, outputs, pool, info.kind)
-
-
-graph_splitters.register(split_for_cudagraphs, chapter=20)

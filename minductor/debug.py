@@ -1,4 +1,4 @@
-# generated from chapters/21_debugging.md — edit there
+# generated from chapters/22_debugging.md — edit there
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def on_compiled(gm, graph, scheduler, wrapper, compiled: CompiledGraph) -> None:
             found.append(report)
 
 
-compile_hooks.register(on_compiled, chapter=21)
+compile_hooks.register(on_compiled, chapter=22)
 
 
 @dataclass

@@ -261,7 +261,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
-        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 21
+        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 22
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.copies: dict[tuple, Buffer] = {}  # a buffer laid out anew, by what it holds

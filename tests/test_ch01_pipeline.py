@@ -20,7 +20,7 @@ pytestmark = pytest.mark.ch01
 # what the book registers, hook by hook, in the order the compiler runs it
 BOOK = {
     "graph_passes": [("fold_attention_masks", 12)],
-    "graph_splitters": [("split_for_cudagraphs", 20)],
+    "graph_splitters": [("split_for_cudagraphs", 21)],
     "aten_passes": [
         ("build_on_the_device", 8),
         ("fuse_softmax_stats", 10),
@@ -35,7 +35,7 @@ BOOK = {
     "handovers": [("written_over", 18)],
     "memory_plan": [("plan_memory", 18)],
     "graph_wrappers": [("cudagraphify", 20)],
-    "compile_hooks": [("on_compiled", 21)],
+    "compile_hooks": [("on_compiled", 22)],
 }
 
 
@@ -143,9 +143,9 @@ def test_the_table_is_the_same_whatever_order_the_modules_are_imported_in():
         package = types.ModuleType("minductor")
         package.__path__ = [root]
         sys.modules["minductor"] = package  # the modules alone, not __init__'s order
-        for name in ["debug", "cudagraphs", "memory", "codegen_reductions", "convnets", "extern",
-                     "indexing", "reductions", "views", "factories", "pointwise",
-                     "capture"]:
+        for name in ["debug", "partition", "cudagraphs", "memory", "codegen_reductions",
+                     "convnets", "extern", "indexing", "reductions", "views", "factories",
+                     "pointwise", "capture"]:
             importlib.import_module("minductor." + name)
         from minductor.pipeline import PIPELINE
         print(PIPELINE.table())

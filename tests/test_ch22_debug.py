@@ -1,4 +1,4 @@
-"""Chapter 21: debug folders, torch's logs and structured trace, explain, profiles."""
+"""Chapter 22: debug folders, torch's logs and structured trace, explain, profiles."""
 
 import json
 import logging
@@ -20,7 +20,7 @@ from minductor.lowering import GraphLowering
 from minductor.runtime import interpret_mode
 from minductor.scheduler import Scheduler
 
-pytestmark = pytest.mark.ch21
+pytestmark = pytest.mark.ch22
 
 DEVICE = "cpu" if interpret_mode() else "cuda"
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_explain_graphs_breaks_fallbacks_kernels(capsys):
     printed = capsys.readouterr().out
     assert report.graph_count == 2 and len(report.graphs) == 2
     (why,) = report.break_reasons
-    assert "generic_jump" in why and "test_ch21_debug.py" in why
+    assert "generic_jump" in why and "test_ch22_debug.py" in why
     first, second = report.graphs
     assert first.extern_kernels == ["extern_kernels.mm"]
     (kernel,) = first.kernels

@@ -1,7 +1,7 @@
-"""Chapter 20: graphs split around ops a CUDA graph cannot hold, the rest recorded.
+"""Chapter 21: graphs split around ops a CUDA graph cannot hold, the rest recorded.
 
 The plan (which node goes in which piece) is checked on traced graphs; a split graph is
-run against eager on this machine's device: on a CPU with the chapter's stand-in
+run against eager on this machine's device: on a CPU with chapter 20's stand-in
 recorder, which stands for a GPU (so CPU tensors count as recordable there, and the ops
 left outside are the ones that need the host); on a GPU, with real CUDA graphs, where a
 CPU op in a GPU graph is left outside too. Tests marked cuda need a GPU.
@@ -16,19 +16,13 @@ from torch._inductor import cudagraph_trees
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import minductor  # noqa: F401  (registers the backend)
-from minductor import cudagraphs
+from minductor import partition
 from minductor.capture import GraphKind, graph_splitters
-from minductor.cudagraphs import (
-    RECORDERS,
-    CUDAGraphed,
-    SimulatedRecording,
-    SplitGraph,
-    plan_pieces,
-    why_outside,
-)
+from minductor.cudagraphs import RECORDERS, CUDAGraphed, SimulatedRecording
+from minductor.partition import SplitGraph, plan_pieces, why_outside
 from minductor.runtime import interpret_mode
 
-pytestmark = pytest.mark.ch20
+pytestmark = pytest.mark.ch21
 DEVICE = "cpu" if interpret_mode() else "cuda"
 
 
@@ -45,7 +39,7 @@ def splits(stand_in):
     found = []
 
     def spy(info):
-        made = cudagraphs.split_for_cudagraphs(info)
+        made = partition.split_for_cudagraphs(info)
         if made is not None:
             found.append(made)
         return made
@@ -54,8 +48,8 @@ def splits(stand_in):
     dynamic = torch._dynamo.config.patch(
         capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True
     )
-    # the spy takes the place of chapter 20's splitter, by its name
-    with graph_splitters.using(spy, chapter=20, name="split_for_cudagraphs"), dynamic:
+    # the spy takes the place of chapter 21's splitter, by its name
+    with graph_splitters.using(spy, chapter=21, name="split_for_cudagraphs"), dynamic:
         yield found
     cudagraph_trees.MarkStepBox.mark_step_counter = 0
     torch._dynamo.reset()
@@ -141,10 +135,8 @@ def test_why_outside_each_reason(stand_in):
     assert reasons["mm"] is None and reasons["x_1"] is None
     assert "_local_scalar_dense" in reasons["_local_scalar_dense"]
     assert "reads a number computed from the data" in reasons["mul"]
-    cpu_only = dict(RECORDERS)
-    cpu_only.pop("cpu", None)
     with pytest.MonkeyPatch.context() as m:  # a CPU without a recorder: CPU ops
-        m.setattr(cudagraphs, "RECORDERS", cpu_only)
+        m.delitem(RECORDERS, "cpu", raising=False)
         mm = next(n for n in gm.graph.nodes if n.name == "mm")
         assert "cpu tensors" in why_outside(mm)
 
