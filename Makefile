@@ -1,10 +1,11 @@
-# minductor: `make demo`, `make test`, `make docs`, `make tangle`, `make site-check`.
+# minductor: `make demo`, `make test`, `make docs`, `make tangle`, `make site-check`
+# (and `make test-slow`, `make test-all`).
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 TRITON_INTERPRET=1
 
-.PHONY: install demo test docs site-check tangle clean
+.PHONY: install demo test test-slow test-all docs site-check tangle clean
 
 install: $(STAMP)
 
@@ -20,12 +21,27 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m minductor.demo
 
-# the tests on every core, four at most (pytest-xdist); TEST_JOBS=0 runs them in one process
+# The tests on every core, four at most (pytest-xdist); TEST_JOBS=0 runs them in one
+# process. `make test` leaves out the tests marked `slow` (model and harness matrices,
+# decoding variants, every OpInfo case's second sample): `make test-slow` runs those,
+# `make test-all` everything. Its book build does not execute the exercise notebooks,
+# whose cells tests/test_exercises.py runs; `make docs` and `make site-check` do.
 TEST_JOBS ?= auto
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --maxprocesses=4
 test: $(STAMP)
 	$(PY) tools/tangle.py --check
 	$(PY) tools/make_stubs.py --check
-	$(PY) -m pytest -q -n $(TEST_JOBS) --maxprocesses=4
+	$(PYTEST) -m "not slow"
+	MINDUCTOR_EXECUTE_NOTEBOOKS=false $(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
+	$(PY) tools/check_exec_output.py site
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
+
+test-all: $(STAMP)
+	$(PY) tools/tangle.py --check
+	$(PY) tools/make_stubs.py --check
+	$(PYTEST)
 	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
 	$(PY) tools/check_exec_output.py site
 

@@ -369,8 +369,20 @@ AVG_POOLS = {  # kernel, stride, padding, ceil_mode, count_include_pad, divisor;
 }
 
 
+# the cases that repeat a path the others take (ceil mode, padding counted or not)
+SLOW_AVG_POOLS = {
+    "3/2/1, pad not counted", "ceil mode, pad counted", "ceil mode, no padding"
+}
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case", list(AVG_POOLS))
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c in SLOW_AVG_POOLS else c
+        for c in AVG_POOLS
+    ],
+)
 def test_avg_pool2d_and_its_gradient(case, device):
     (k, s, p, ceil, include, divisor), shape = AVG_POOLS[case]
     torch.manual_seed(0)

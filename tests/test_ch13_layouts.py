@@ -376,9 +376,16 @@ OTHER_GRAPHS = {
 }
 
 
+def _other_graph_params():
+    """Every graph in both layouts; the U-Net step from NCHW (8 s) is marked slow."""
+    for case in OTHER_GRAPHS:
+        for layout in ("nchw", "channels_last"):
+            slow = case.startswith("unet") and layout == "nchw"
+            yield pytest.param(case, layout, marks=[pytest.mark.slow] if slow else [])
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-@pytest.mark.parametrize("case", list(OTHER_GRAPHS))
+@pytest.mark.parametrize("case, layout", list(_other_graph_params()))
 def test_other_graphs_run_channels_last_like_eager(case, layout, device, caplog):
     make, shape = OTHER_GRAPHS[case]
     torch.manual_seed(0)

@@ -73,7 +73,11 @@ def tiny_pair(batch=2, seed=0):
 
 @pytest.mark.parametrize(
     "workload, batch, graphs",
-    [("hf-static", 2, 1), ("hf-dynamic", 2, 2), ("gpt-fast", 1, 2)],
+    [
+        pytest.param("hf-static", 2, 1, marks=pytest.mark.slow),
+        pytest.param("hf-dynamic", 2, 2, marks=pytest.mark.slow),
+        ("gpt-fast", 1, 2),
+    ],
 )
 def test_minductor_decodes_eager_tokens(workload, batch, graphs):
     eager, compiled = measure_decoding(

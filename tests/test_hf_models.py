@@ -328,11 +328,22 @@ FAMILIES = {
 }
 
 
+# The cases `make test` runs, one to a few seconds each on two cores; the rest (whole
+# training steps of the larger families, up to 15 s each) are marked slow.
+FAST = {
+    "inference": {"gpt2", "bert", "llama", "distilbert", "convnextv2"},
+    "training": {"gpt2"},
+    "bf16": {"gpt2"},
+}
+
+
 def cases(check, names=tuple(FAMILIES)):
     params = []
     for name in names:
         reason = FAMILIES[name].xfail.get(check)
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        if name not in FAST[check]:
+            marks.append(pytest.mark.slow)
         params.append(pytest.param(name, id=name, marks=marks))
     return params
 

@@ -52,7 +52,7 @@ for fake in (nudged, broken):
         torch._dynamo.register_backend(fake)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("bert", marks=pytest.mark.slow)])
 def test_inference_matches_eager(name):
     eager, compiled = measure_model(
         name, "inference", "fp32", ["eager", "minductor"], True
@@ -69,6 +69,7 @@ def test_inference_matches_eager(name):
     assert compiled.compiled_graphs == 1 and compiled.kernels > 0
 
 
+@pytest.mark.slow
 def test_training_checks_every_gradient():
     eager, compiled = measure_model(
         "bert", "training", "fp32", ["eager", "minductor"], True
@@ -82,6 +83,7 @@ def test_training_checks_every_gradient():
     assert compiled.worst.startswith("grad ") or compiled.worst in ("loss", "logits")
 
 
+@pytest.mark.slow
 def test_reduce_overhead_runs_both_steps_with_marks():
     """--compile-mode reaches torch.compile; on the CPU, CUDA graphs are skipped and the
     training step still matches eager, each step begun with
@@ -157,6 +159,7 @@ def test_check_rules():
     assert problem == "" and row.noise == 1 and row.grad_rel is None
 
 
+@pytest.mark.slow
 def test_command_line_skips_and_times_out(tmp_path):
     """torchvision does not import on a CPU-only machine; GPT-2 has 1 s to run."""
     out, plot = tmp_path / "run.json", tmp_path / "run.svg"

@@ -30,6 +30,7 @@ def test_zoo_names_are_unique_and_cover_three_libraries():
     assert {m.library for m in zoo.ZOO} == {"transformers", "timm", "torchvision"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", TRANSFORMERS, ids=lambda m: m.name)
 def test_each_transformers_model_builds_tiny_and_trains_a_step_in_eager(spec):
     torch.manual_seed(0)
@@ -55,6 +56,7 @@ def test_no_dropout_zeroes_every_kind_of_dropout_probability():
     assert config.initializer_range == 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not INTERPRET, reason="CPU kernels need the interpreter")
 def test_one_row_through_the_whole_tool(tmp_path, capsys):
     out = tmp_path / "zoo.json"
