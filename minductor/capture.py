@@ -23,6 +23,7 @@ from minductor.decompositions import decomposition_table
 from minductor.lowering import CannotCompile, GraphLowering
 from minductor.pipeline import PIPELINE
 from minductor.runtime import interpret_mode, load_module, precompile
+from minductor.sizevars import NoHint
 from minductor.scheduler import Scheduler
 from minductor.wrapper import WrapperCodeGen
 
@@ -114,6 +115,8 @@ def compile_fx(
         return _compile(gm, example_inputs, shape_env, _user_visible(user_outputs))
     except CannotCompile as why:  # an op that is not ATen's, such as with_effects
         return _eager(gm, f"cannot compile: {why}")
+    except NoHint as why:  # a size read from the data, needed as a number (chapter 4)
+        return _eager(gm, f"a size read from the data: {why}")
     except TypeError as why:  # int(s0), or an unbound symbol
         if shape_env is None:
             raise  # with static sizes this is a bug, not a limitation

@@ -26,6 +26,7 @@ from minductor.lowering import GraphLowering
 from minductor.ops import NullHandler, set_handler
 from minductor.pipeline import PIPELINE
 from minductor.sizevars import (
+    UNBACKED_FALLBACK,
     SimplifiedLoop,
     SizeVarAllocator,
     index_vars,
@@ -260,7 +261,7 @@ def is_persistent(node: BaseSchedulerNode, sizevars=None) -> bool:
         limit = config.outer_persistent_limit
     if _SIZEVARS.statically_known_leq(rnumel, limit):
         return True
-    if sizevars is None or sizevars.size_hint(rnumel) > limit:
+    if sizevars is None or sizevars.size_hint(rnumel, UNBACKED_FALLBACK) > limit:
         return False
     try:
         return sizevars.guard_leq(rnumel, limit)  # Dynamo recompiles longer rows
@@ -560,7 +561,8 @@ class Scheduler:
         buf = self.buffer(name)
         if buf is None or not hasattr(buf.layout, "size"):
             return 0
-        numel = self.graph.sizevars.size_hint(product(buf.layout.size))
+        size = product(buf.layout.size)
+        numel = self.graph.sizevars.size_hint(size, UNBACKED_FALLBACK)
         return numel * buf.layout.dtype.itemsize
 
     def buffer(self, name: str) -> Buffer | None:

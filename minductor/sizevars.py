@@ -204,6 +204,10 @@ def _floordiv(x: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr:
     return sympy.Integer(0) if divisor == sympy.oo else FloorDiv(x, divisor)
 
 
+class NoHint(NotImplementedError):
+    """A question needed the value of a symbol that has no hint."""
+
+
 class SizeVarAllocator:
     """Answers questions about sizes: integers, and symbols with hints and ranges."""
 
@@ -227,12 +231,16 @@ class SizeVarAllocator:
     def simplify(self, expr: sympy.Expr) -> sympy.Expr:
         return sympy.expand(expr)
 
-    def size_hint(self, expr: sympy.Expr) -> int:
+    def size_hint(self, expr: sympy.Expr, fallback: int | None = None) -> int:
+        """expr at the hints. A symbol with none is a size read from the data (below);
+        a question of speed may pass a fallback for it, a question of truth may not."""
         hints = {s: sympy.Integer(h) for s, h in self.var_to_hint.items()}
         value = sympy.sympify(expr).xreplace(hints)
+        if value.free_symbols and fallback is not None:
+            value = value.xreplace(dict.fromkeys(value.free_symbols, fallback))
         if value.free_symbols:
             missing = ", ".join(sorted(str(s) for s in value.free_symbols))
-            raise NotImplementedError(
+            raise NoHint(
                 f"symbolic size {expr}: no hint for {missing} "
                 "(make sizes with create_symbol(hint), or pass var_to_hint)"
             )
@@ -240,6 +248,9 @@ class SizeVarAllocator:
 
     def size_hints(self, exprs: Sequence[sympy.Expr]) -> tuple[int, ...]:
         return tuple(self.size_hint(e) for e in exprs)
+
+    def has_hint(self, expr: sympy.Expr) -> bool:
+        return sympy.sympify(expr).free_symbols <= self.var_to_hint.keys()
 
 
     def statically_known_equals(self, a: sympy.Expr, b: sympy.Expr) -> bool:
@@ -659,6 +670,7 @@ def texpr(expr: sympy.Expr) -> str:
 
 
 INT32_MAX = 2**31 - 1
+UNBACKED_FALLBACK = 8192  # a size read from the data, assumed for speed alone
 
 
 def index_dtype(
@@ -668,6 +680,8 @@ def index_dtype(
     sizevars = sizevars or SizeVarAllocator()
     values = [sympy.sympify(v) for v in largest]
     unsure = [v for v in values if not sizevars.statically_known_leq(v, INT32_MAX)]
+    if not all(sizevars.has_hint(v) for v in unsure):  # a size read from the data
+        return "tl.int64"
     if any(sizevars.size_hint(v) > INT32_MAX for v in unsure):
         return "tl.int64"
     try:

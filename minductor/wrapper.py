@@ -26,7 +26,7 @@ from minductor.ir import (
     ReinterpretBuffer,
     TensorBox,
 )
-from minductor.lowering import GraphLowering
+from minductor.lowering import CannotCompile, GraphLowering
 from minductor.pipeline import PIPELINE
 from minductor.runtime import WarmUp, autotune_kernel
 from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
@@ -466,7 +466,7 @@ class WrapperCodeGen:
         used = self.symbols_used()
         missing = sorted(used - set(where))
         if missing:
-            raise NotImplementedError(
+            raise CannotCompile(  # chapter 1 runs the graph with ATen
                 f"size symbols {', '.join(missing)} cannot be computed from the inputs"
             )
         return [f"{s} = {where[s]}" for s in sorted(used)]

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from minductor.sizevars import (
     INT32_MAX,
+    UNBACKED_FALLBACK,
+    NoHint,
     FloorDiv,
     ModularIndexing,
     SizeVarAllocator,
@@ -453,6 +455,26 @@ def test_index_dtype_with_symbolic_sizes_guards_on_the_hint():
     s1 = bounded.create_symbol(hint=4, hi=2**20)
     assert index_dtype([2048 * s1 - 1], bounded) == "tl.int32"
     assert bounded.guards == []  # the range proves it
+
+
+def test_a_size_read_from_the_data_has_no_hint_and_takes_the_safe_path():
+    sv = SizeVarAllocator()
+    s0 = sv.create_symbol(hint=6)
+    u0 = sympy.Symbol("u0", integer=True, nonnegative=True)  # Dynamo's unbacked kind
+    assert sv.has_hint(4 * s0 + 1) and not sv.has_hint(s0 * u0)
+    with pytest.raises(NoHint, match="no hint for u0"):
+        sv.size_hint(s0 * u0)
+    assert issubclass(NoHint, NotImplementedError)  # callers that catch it still do
+    # a fallback stands in for the symbols with no hint, and only for those
+    assert sv.size_hint(s0 * u0 + 1, fallback=UNBACKED_FALLBACK) == 6 * 8192 + 1
+    assert sv.size_hint(s0 + 1, fallback=3) == 7
+    # 64 bits, however small the fallback or the other sizes: no guard can be placed
+    assert index_dtype([u0 - 1], sv) == "tl.int64"
+    assert index_dtype([s0 * u0], sv) == "tl.int64" and sv.guards == []
+    assert index_dtype([2 * s0], sv) == "tl.int32"  # the hinted one still guards
+    assert sv.guards == [sympy.Le(2 * s0, INT32_MAX)]
+    with pytest.raises(NoHint):  # a guard is a question of truth: no fallback
+        sv.guard_leq(u0, 10)
 
 
 # --- printed indices inside a Triton kernel -------------------------------------------

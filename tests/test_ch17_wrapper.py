@@ -477,3 +477,60 @@ def test_numbers_moved_to_the_gpu_go_through_number_on_and_tensors_through_to():
         "i_1 = i_1.to('meta', memory_format=torch.contiguous_format)",
         "s_1 = number_on(s_1, 'meta')",
     ]
+
+
+# ------------------------------------------------------------------------------------
+# Sizes and numbers read from the data (Dynamo's unbacked symbols, u0): the wrapper
+# binds sizes from the inputs only, so such a graph runs with ATen, says why, and
+# matches eager; nothing on the way (index types, reduction kinds, fusion scores) may
+# ask for a hint it does not have.
+
+
+def _count_scales(x, w):
+    n = (x > 0).sum().item()  # a number read from the data, used in a kernel
+    h = torch.tanh(x @ w)
+    return h * n + 1, h.sum()
+
+
+def _picked_rows(x):
+    rows = torch.nonzero(x[:, 0] > 0).squeeze(1)  # a size read from the data
+    return torch.sin(x[rows]) * 2
+
+
+def _masked_sum(x):
+    return (x[x > 0] * 3).sum(), x.cos()  # a reduction over a data-dependent length
+
+
+def _first_n(x):
+    n = (x > 0).sum().item()
+    return x.view(-1)[:n].exp()  # a slice whose length is read from the data
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (_count_scales, [(8, 16), (16, 16)]),
+        (_picked_rows, [(9, 5)]),
+        (_masked_sum, [(7, 13)]),
+        (_first_n, [(6, 7)]),
+    ],
+    ids=["item in a kernel", "nonzero rows", "masked sum", "slice of item length"],
+)
+def test_sizes_read_from_the_data_run_with_aten_and_match_eager(fn, shapes, caplog):
+    import torch._dynamo.config as dynamo_config
+
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    torch._dynamo.reset()
+    with (
+        dynamo_config.patch(
+            capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True
+        ),
+        caplog.at_level("INFO", logger="minductor"),
+    ):
+        got = torch.compile(fn, backend="minductor", fullgraph=True)(*args)
+    expected = fn(*args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,),
+                    expected if isinstance(expected, tuple) else (expected,)):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert "running graph with ATen" in caplog.text  # with its reason
