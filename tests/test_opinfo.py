@@ -4,9 +4,10 @@ Three parts:
 
 * a representative subset of (OpInfo variant, dtype) cases (pointwise math,
   comparisons, reductions, views, indexing, scatter, cat, where, clamp, pow, softmax,
-  norms, matmul, losses; float32 with gradients, int64, bool, some bfloat16), each
-  twice: its first sample in `make test`, SAMPLES samples in the slow tier (marker
-  `slow`, `make test-slow`);
+  norms, matmul, losses; float32 with gradients, int64, bool, some bfloat16). `make
+  test` compares the first sample of each op's first dtype, and of every dtype of a
+  few ops (EVERY_DTYPE_FAST); the slow tier (marker `slow`, `make test-slow`) compares
+  SAMPLES samples of every case, and the first one of the rest;
 * EXPECTED_FAILURES: every case of the whole sweep that fails today, with its reason.
   Those in the subset are strict xfails, and the whole sweep fails on any case that
   starts failing *or starts passing*: the table can only shrink, and must be edited
@@ -209,11 +210,18 @@ def _case_id(op: str, dtype: str) -> str:
     return f"{op}-{dtype}"
 
 
+# `make test` runs each op's first dtype (float32 with gradients, where it has one) and
+# every dtype of these; the other dtypes of the subset are in the slow tier
+EVERY_DTYPE_FAST = {"add", "sum", "cat", "where", "eq", "amax", "cumsum", "to"}
+
+
 def _subset_params():
     params = []
     for op, dtypes in SUBSET.items():
         for dtype in dtypes:
             marks = [needs_kernels]
+            if dtype != dtypes[0] and op not in EVERY_DTYPE_FAST:
+                marks.append(pytest.mark.slow)
             reason = EXPECTED_FAILURES.get((op, dtype))
             if reason:
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
