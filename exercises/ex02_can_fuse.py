@@ -308,8 +308,8 @@ test_vertical_fusion_counts_handed_over_buffers_once()
 # 1. Make the count exact: a buffer written by one node, read only by the other and
 #    not a graph output is never stored. What does the rule need to know that
 #    `rule(a, b)` does not receive? Compare `Scheduler._buffers_internal_to_kernels`.
-# 2. Add the other limit Inductor has, `max_fusion_size`: at most `N` scheduler nodes
-#    in one kernel (`len(a.snodes) + len(b.snodes)`). Find a graph where it and the
-#    buffer limit disagree.
+# 2. A kernel's arguments grow with the distinct buffers it reads. Add a limit on
+#    those alone (reads that are not also written inside the kernel), and find a graph
+#    where it and the buffer limit above disagree.
 # 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 14
 #    would it go instead, and what would it return?
