@@ -498,6 +498,8 @@ BORROWED = [
     aten.unsqueeze_copy,
     aten.transpose_copy,
     aten.t_copy,
+
+
     # sliding windows as gathers (nn.Unfold, nn.Fold), blocks on a diagonal, cross
     # products, counts and membership
     aten.im2col,
@@ -536,6 +538,8 @@ BORROWED = [
     aten.vdot,
     aten.addmv,
     aten.addr,
+
+
     # copies of views, unpooling (a scatter), per-pixel losses, batch norm's other
     # entry points, and factories with tensor arguments
     aten.expand_copy,
