@@ -102,6 +102,7 @@ class TritonOverrides:
     randn = staticmethod(lambda seed, offset: f"tl.randn({seed}, {offset})")
     logaddexp = "helpers.logaddexp_libdevice"  # logcumsumexp's combine (ch. 16)
 
+
     @staticmethod
     def where(c, a, b):
         return f"tl.where({c}, {a}, {b})"
@@ -246,6 +247,7 @@ class TritonKernel:
         self.indexes: set[sympy.Expr] = set()
         self.indirect_sizes: dict[sympy.Symbol, sympy.Expr] = {}
 
+
     def newvar(self, expr: str, after_loop: bool = False) -> str:
         key = (after_loop, expr)
         if key not in self.cse:
@@ -287,6 +289,7 @@ class TritonKernel:
         if any(value.has(sympy.oo) for value in largest):  # no bound: a gather
             return "tl.int64"
         return index_dtype(largest, sizevars)
+
 
     def varies_along_r(self, index: sympy.Expr) -> bool:
         names = {s.name for s in index.free_symbols}
@@ -375,6 +378,7 @@ class KernelOpsHandler:
         cast = f"({self.kernel.index_str(merged)}).to({TRITON_DTYPES[dtype]})"
         return self._tracked(cast, self.kernel.varies_along_r(merged))
 
+
     def indirect_indexing(self, x, size, check=True, wrap_neg=True):
         k, size = self.kernel, sympy.sympify(size)
         k.size_symbols |= size.free_symbols
@@ -406,6 +410,7 @@ class KernelOpsHandler:
         if along_r and not self.after_loop:
             self.kernel.along_r.add(var)
         return var
+
 
     def constant(self, value, dtype):
         # a reduction kernel's values are two-dimensional, and tl.broadcast_to, which
