@@ -96,6 +96,7 @@ class KernelCallLine:
             meta = f"rnumel={rnumel}, {meta}"
         return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
 
+
     def uses(self) -> tuple[str, ...]:
         return self.kernel.call_args
 
@@ -334,6 +335,7 @@ class WrapperCodeGen:
         self.kernels: dict[tuple[str, tuple[torch.dtype, ...]], str] = {}
         self.lines: list[Line] = []
 
+
     def plan(self) -> None:
         removed = self.scheduler.removed_buffers
         over: dict[str, str] = {}  # input -> the output a kernel writes over it
@@ -390,6 +392,7 @@ class WrapperCodeGen:
                 for line in self.lines
             ]
         self.plan_sites()
+
 
     def mark_aten_only(self) -> None:
         """Flag the ATen results that only ATen kernels (or the caller) read."""
@@ -528,6 +531,7 @@ class WrapperCodeGen:
         ]
         return "\n".join(out) + "\n"
 
+
     def generate_call(self) -> list[str]:
         names = self.graph.graph_input_names
         body = []
@@ -565,6 +569,7 @@ class WrapperCodeGen:
         }
         gpus = {d.index or 0 for d in devices if d.type == "cuda"}
         return gpus.pop() if len(gpus) == 1 else None
+
 
     def generate_benchmark(self) -> list[str]:
         body = []
