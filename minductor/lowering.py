@@ -275,6 +275,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.user_visible = user_visible
         self.layout_opt = any(decide(self) for decide in layout_decisions)
 
+
     def layout_for(self, body: Any) -> FixedLayout:
         """The memory order of a body about to be realized: contiguous, unless a rule
         of `layout_rules` picks another."""
@@ -349,6 +350,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.graph_inputs[name] = box
         return box
 
+
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
@@ -392,6 +394,7 @@ class GraphLowering(torch.fx.Interpreter):
             return True
         boxes = [a for a in pytree.tree_leaves(args) if isinstance(a, TensorBox)]
         return self._cpu_in_gpu_graph({b.get_device() for b in boxes})
+
 
     def _to_graph_device(self, value: Any) -> Any:
         """value with each CPU tensor in it copied to the graph's GPU, by ATen: what an
@@ -479,6 +482,7 @@ class GraphLowering(torch.fx.Interpreter):
             return False
         return _no_overlap(hinted[: len(size)], hinted[len(size) :])
 
+
     def realize_as(self, box: TensorBox, stride: tuple[sympy.Expr, ...]) -> Buffer:
         """box in memory with these strides: a value not yet in memory is computed
         straight into them (one kernel); one in memory is copied if its strides
@@ -513,6 +517,7 @@ class GraphLowering(torch.fx.Interpreter):
             viewed = viewed.data.box
         viewed.realize(self)
         return box.realize(self)
+
 
     def fallback(self, target, args, kwargs, reason: str, extern=False) -> Any:
         op_name = str(target)
@@ -583,6 +588,7 @@ class GraphLowering(torch.fx.Interpreter):
                 outputs.append(TensorBox(out))
             return tuple(outputs)
         raise NotImplementedError(f"cannot fall back on {op_name}: it returns {meta!r}")
+
 
     def exact_strides(self, target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Each tensor argument with the strides it has in the graph, unless written."""
@@ -658,6 +664,7 @@ class GraphLowering(torch.fx.Interpreter):
                     self._maybe_realize(n, viewed)
         return result
 
+
     def _add_origin(self, box: TensorBox) -> None:
         data = box.data
         if isinstance(data, (Pointwise, Reduction)):
@@ -688,6 +695,7 @@ class GraphLowering(torch.fx.Interpreter):
             for rewrite in reduction_passes:  # as run_node does for a node's result
                 rewrite(self, box)
         return box.realize(self)
+
 
     def _check_against_meta(self, n: torch.fx.Node, box: TensorBox, meta) -> None:
         if not isinstance(meta, torch.Tensor):
