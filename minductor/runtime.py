@@ -109,6 +109,7 @@ class Launcher:
             self.device = _current_device()
             self.grid3 = self.grid + (1,) * (3 - len(self.grid))
 
+
     def named(self, *args) -> None:
         """A launch in a profiler range named after the kernel, while one runs."""
         if _autograd_profiler._is_profiler_enabled:
@@ -302,6 +303,7 @@ class SizedSite:
             return pointwise_blocks(sizes[0])
         return persistent_blocks(*sizes, inner=self.per_call is PerCallBlocks.INNER)
 
+
     def __call__(self, *args) -> None:
         sizes, args = args[: self.sizes], args[self.sizes :]
         ints = args[self.buffers :] + sizes
@@ -341,6 +343,7 @@ class SizedSite:
                 )  # fmt: skip
                 return
         self.compile_and_launch(None, self.choose(sizes), args, sizes)
+
 
     def compile_and_launch(self, key, meta, args, sizes) -> None:
         """Launch through a Launcher made for this call, which compiles or finds the
