@@ -94,6 +94,7 @@ POINTWISE = [
     Workload("a*b+c, 1 element", add_mul, randn(1, 1, 1), 4 * F32),
 ]
 
+
 REDUCTIONS = [
     Workload(
         "x.sum(1), 8192x2048",
@@ -132,6 +133,7 @@ REDUCTIONS = [
         (8192 * 1024 + 2 * 8192) * F32,
     ),
 ]
+
 
 NORMALIZATIONS = [
     Workload(
