@@ -27,7 +27,7 @@ demo: $(STAMP)
 # `make test-all` everything. Its book build does not execute the exercise notebooks,
 # whose cells tests/test_exercises.py runs; `make docs` and `make site-check` do.
 TEST_JOBS ?= auto
-PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --maxprocesses=4
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --maxprocesses=4 --dist worksteal
 test: $(STAMP)
 	$(PY) tools/tangle.py --check
 	$(PY) tools/make_stubs.py --check
