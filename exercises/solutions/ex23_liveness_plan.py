@@ -30,10 +30,11 @@
 # buffer goes back to the allocator right after the last kernel that reads it, and
 # chapter 18's reuse can hand its memory to the next buffer of its size; a `del` one
 # line too early is a crash or a read of freed memory, one too late is memory held for
-# nothing. Inductor plans the same way: `MemoryPlanningState` and the `FreeIfNotReused`
-# / `ReuseLine` / `AllocateLine` lines of `torch/_inductor/codegen/wrapper.py` (its
-# `memory_plan` walks them), and `torch/_inductor/memory.py`, which computes each
-# buffer's size and last use to reorder nodes for a lower peak.
+# nothing. Inductor plans the same way: `MemoryPlanningState` and the lines
+# `AllocateLine`, `FreeIfNotReusedLine` and `ReuseLine` of
+# `torch/_inductor/codegen/wrapper.py` (its `memory_plan` walks them), and
+# `torch/_inductor/memory.py`, which computes each buffer's size and last use to
+# reorder nodes for a lower peak.
 
 # %% [markdown]
 # ## Setup
