@@ -75,6 +75,11 @@ def compile_once(fn, *args):
     return out, graph
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # Today, `hypot` falls back. The wrapper calls `aten.hypot.default` on the inputs,
 # into a buffer `buf0`, and the only kernel computes the `* 2`:
@@ -166,9 +171,11 @@ def test_hypot_broadcast():
     with registered(aten.hypot, lower_hypot):
         out, graph = compile_once(fn, a, b)
     torch.testing.assert_close(out, fn(a, b))
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "hypot" in graph.kernel_names[0], graph.kernel_names
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), 1, f"number of kernels ({graph.kernel_names})")
+    assert "hypot" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, expected one with 'hypot'"
+    )
 
 
 def test_hypot_0d_and_strided():
@@ -181,7 +188,7 @@ def test_hypot_0d_and_strided():
         out, graph = compile_once(fn, a, b, t)
     for got, want in zip(out, fn(a, b, t)):
         torch.testing.assert_close(got, want)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def test_hypot_float16():
@@ -194,11 +201,12 @@ def test_hypot_float16():
     with registered(aten.hypot, lower_hypot):
         out, graph = compile_once(fn, a, b, s)
     want = fn(a, b, s)
-    assert out.dtype == want.dtype == torch.float16
+    expect((out.dtype, want.dtype), (torch.float16,) * 2, "dtypes (compiled, eager)")
     # each op computes in float32 and rounds its result to float16, as eager does
     torch.testing.assert_close(out, want)
-    assert graph.fallbacks == [], graph.fallbacks
-    assert "tl.float32" in graph.source  # converted up, computed, converted down
+    expect(graph.fallbacks, [], "fallbacks")
+    # converted up, computed, converted down
+    assert "tl.float32" in graph.source, f"no tl.float32 in the kernel:\n{graph.source}"
 
 
 def test_hypot_awkward_values():
@@ -208,7 +216,7 @@ def test_hypot_awkward_values():
     with registered(aten.hypot, lower_hypot):
         out, graph = compile_once(torch.hypot, a, b)
     torch.testing.assert_close(out, torch.hypot(a, b), equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 # %% [markdown]
@@ -246,9 +254,11 @@ def test_xlogy_special_values():
     with registered(aten.xlogy, lower_xlogy):
         out, graph = compile_once(fn, x, y)
     torch.testing.assert_close(out, fn(x, y), equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "xlogy" in graph.kernel_names[0], graph.kernel_names
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), 1, f"number of kernels ({graph.kernel_names})")
+    assert "xlogy" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, expected one with 'xlogy'"
+    )
 
 
 def test_xlogy_integers_and_scalars():
@@ -261,10 +271,10 @@ def test_xlogy_integers_and_scalars():
     with registered(aten.xlogy, lower_xlogy):
         out, graph = compile_once(fn, i, j, y)
     want = fn(i, j, y)
-    assert out[0].dtype == torch.float32  # int64 in, float32 out
+    expect(out[0].dtype, torch.float32, "dtype of xlogy(int64, int64)")
     for got, expected in zip(out, want):
         torch.testing.assert_close(got, expected, equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def test_xlogy_float16():
@@ -274,26 +284,60 @@ def test_xlogy_float16():
     y[1] = 0
     with registered(aten.xlogy, lower_xlogy):
         out, graph = compile_once(torch.xlogy, x, y)
-    assert out.dtype == torch.xlogy(x, y).dtype == torch.float16
+    dtypes = (out.dtype, torch.xlogy(x, y).dtype)
+    expect(dtypes, (torch.float16,) * 2, "dtypes (compiled, eager)")
     # computed in float32, rounded once: as close as float16 can be to the truth
     want = torch.xlogy(x.double(), y.double()).half()
     torch.testing.assert_close(out, want)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 # %% [markdown]
 # ## Run the checks
 #
 # Each check compiles a small function and runs its kernel in Triton's interpreter
-# (on a CPU); together they take a few seconds.
+# (on a CPU), a second or so each. Run them one cell at a time: a failure says what
+# it compared.
+#
+# `hypot` on broadcast shapes, fused with the `* 2` into one kernel named after it:
 
 # %% tags=["raises-exception"]
 test_hypot_broadcast()
+
+# %% [markdown]
+# `hypot` with a 0-d input and a strided one:
+
+# %% tags=["raises-exception"]
 test_hypot_0d_and_strided()
+
+# %% [markdown]
+# `hypot` on float16, computed in float32:
+
+# %% tags=["raises-exception"]
 test_hypot_float16()
+
+# %% [markdown]
+# `hypot` on every pair of awkward values (0, inf, NaN, 1e38, 1e-30, ...):
+
+# %% tags=["raises-exception"]
 test_hypot_awkward_values()
+
+# %% [markdown]
+# `xlogy` on every pair of special values, fused into one kernel named after it:
+
+# %% tags=["raises-exception"]
 test_xlogy_special_values()
+
+# %% [markdown]
+# `xlogy` on int64 tensors (float32 out) and with a Python number on either side:
+
+# %% tags=["raises-exception"]
 test_xlogy_integers_and_scalars()
+
+# %% [markdown]
+# `xlogy` on float16, computed in float32 and rounded once:
+
+# %% tags=["raises-exception"]
 test_xlogy_float16()
 
 # %% [markdown]

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Exercise 2: write a fusion rule
 #
-# **Difficulty:** medium.
+# **Difficulty:** easy. A few lines of code; reading the scheduler is most of the work.
 #
 # **You will:** add a rule to the scheduler's `can_fuse` that refuses a fusion when
 # the fused kernel would read and write too many distinct buffers, register it with
@@ -98,6 +98,11 @@ def using_rule(rule):
         yield rule
     finally:
         fusion_rules.remove(rule)
+
+
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
 
 
 # %% [markdown]
@@ -191,7 +196,8 @@ def unfused_nodes():
     finally:
         config.realize_opcount_threshold = saved
     nodes = [SchedulerNode.create(buf) for buf in graph.buffers]
-    assert [n.get_name() for n in nodes] == ["buf0", "buf1", "buf2"], nodes
+    names = [n.get_name() for n in nodes]
+    expect(names, ["buf0", "buf1", "buf2"], "the unfused nodes of g")
     order = {n.get_name(): k for k, n in enumerate(nodes)}
     return graph.graph_input_names, nodes, order
 
@@ -199,27 +205,32 @@ def unfused_nodes():
 def test_io_buffers():
     (x, y), (n0, n1, n2), order = unfused_nodes()
     # producer and consumer: buf0 is handed over, x is read once
-    assert io_buffers(n0, n1) == {x, y, "buf0", "buf1"}
-    assert io_buffers(n1, n0) == {x, y, "buf0", "buf1"}
+    expect(io_buffers(n0, n1), {x, y, "buf0", "buf1"}, "io_buffers(buf0, buf1)")
+    expect(io_buffers(n1, n0), {x, y, "buf0", "buf1"}, "io_buffers(buf1, buf0)")
     # two consumers of buf0: it is read from memory, once
-    assert io_buffers(n1, n2) == {x, y, "buf0", "buf1", "buf2"}
+    all5 = {x, y, "buf0", "buf1", "buf2"}
+    expect(io_buffers(n1, n2), all5, "io_buffers(buf1, buf2)")
     # a fused node with a third
     fused = FusedSchedulerNode.fuse(n0, n1, order)
-    assert io_buffers(fused, n2) == {x, y, "buf0", "buf1", "buf2"}
-    assert io_buffers(n2, fused) == {x, y, "buf0", "buf1", "buf2"}
+    expect(io_buffers(fused, n2), all5, "io_buffers(buf0+buf1 fused, buf2)")
+    expect(io_buffers(n2, fused), all5, "io_buffers(buf2, buf0+buf1 fused)")
 
 
 def test_rule_on_nodes():
     _, (n0, n1, n2), order = unfused_nodes()
     fused = FusedSchedulerNode.fuse(n0, n1, order)
-    assert limit_io_buffers(4)(n0, n1) is None
-    assert limit_io_buffers(5)(fused, n2) is None
-    reason = limit_io_buffers(3)(n0, n1)
-    assert reason == (
-        "fused kernel would touch 4 buffers, more than max_fusion_unique_io_buffers=3"
-    ), reason
+    expect(limit_io_buffers(4)(n0, n1), None, "limit 4, buf0 with buf1")
+    expect(limit_io_buffers(5)(fused, n2), None, "limit 5, buf0+buf1 with buf2")
+    expect(
+        limit_io_buffers(3)(n0, n1),
+        "fused kernel would touch 4 buffers, more than max_fusion_unique_io_buffers=3",
+        "limit 3, buf0 with buf1",
+    )
     reason = limit_io_buffers(4)(fused, n2)
-    assert isinstance(reason, str) and "touch 5 buffers" in reason, reason
+    assert isinstance(reason, str) and "touch 5 buffers" in reason, (
+        f"limit 4, buf0+buf1 with buf2: got {reason!r}, "
+        f"expected a reason with 'touch 5 buffers'"
+    )
 
 
 # %% [markdown]
@@ -239,37 +250,43 @@ def check_three_outputs(limit):
     with using_rule(limit_io_buffers(limit)):
         out, graph = compile_once(three_outputs, x)
     for got, want in zip(out, three_outputs(x)):
-        assert got.dtype == want.dtype
+        expect(got.dtype, want.dtype, "dtype")
         torch.testing.assert_close(got, want, equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
     return graph
 
 
 def test_limit_3_splits_the_kernel():
     _, graph = compile_once(three_outputs, torch.randn(5, 7, 3))
-    assert len(graph.kernel_names) == 1, graph.kernel_names  # without the rule
+    kernels = graph.kernel_names
+    expect(len(kernels), 1, f"kernels without the rule ({kernels})")
 
     graph = check_three_outputs(3)
-    assert len(graph.kernel_names) == 2, graph.kernel_names
+    log = "\n".join(graph.fusion_log)
+    expect(len(graph.kernel_names), 2, f"kernels with limit 3; fusion log:\n{log}\n")
     refused = [line for line in graph.fusion_log if line.startswith("cannot fuse")]
-    assert any(
-        line.endswith(
-            ": fused kernel would touch 4 buffers, "
-            "more than max_fusion_unique_io_buffers=3"
-        )
-        for line in refused
-    ), graph.fusion_log
-    assert sum(line.startswith("fuse ") for line in graph.fusion_log) == 1
+    reason = (
+        ": fused kernel would touch 4 buffers, more than max_fusion_unique_io_buffers=3"
+    )
+    assert any(line.endswith(reason) for line in refused), (
+        f"no 'cannot fuse' line ends with {reason!r}; fusion log:\n{log}"
+    )
+    fusions = sum(line.startswith("fuse ") for line in graph.fusion_log)
+    expect(fusions, 1, f"fusions with limit 3; fusion log:\n{log}\n")
 
 
 def test_limit_2_and_4():
     graph = check_three_outputs(2)
-    assert len(graph.kernel_names) == 3, graph.kernel_names
-    assert not any(line.startswith("fuse ") for line in graph.fusion_log)
+    log = "\n".join(graph.fusion_log)
+    expect(len(graph.kernel_names), 3, f"kernels with limit 2; fusion log:\n{log}\n")
+    fused = [line for line in graph.fusion_log if line.startswith("fuse ")]
+    expect(fused, [], "fusions with limit 2")
 
     graph = check_three_outputs(4)
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert not any("cannot fuse" in line for line in graph.fusion_log)
+    log = "\n".join(graph.fusion_log)
+    expect(len(graph.kernel_names), 1, f"kernels with limit 4; fusion log:\n{log}\n")
+    refused = [line for line in graph.fusion_log if "cannot fuse" in line]
+    expect(refused, [], "refusals with limit 4")
 
 
 def test_vertical_fusion_counts_handed_over_buffers_once():
@@ -289,17 +306,43 @@ def test_vertical_fusion_counts_handed_over_buffers_once():
         config.realize_opcount_threshold = saved
     for got, want in zip(out, h(x, y)):
         torch.testing.assert_close(got, want)
-    assert len(graph.kernel_names) == 1, (graph.kernel_names, graph.fusion_log)
+    log = "\n".join(graph.fusion_log)
+    expect(len(graph.kernel_names), 1, f"kernels with limit 5; fusion log:\n{log}\n")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. `io_buffers` on unfused and
+# fused nodes of `g`:
 
 # %% tags=["raises-exception"]
 test_io_buffers()
+
+# %% [markdown]
+# The rule on the same nodes: `None` within the limit, the exact reason past it:
+
+# %% tags=["raises-exception"]
 test_rule_on_nodes()
+
+# %% [markdown]
+# Through `torch.compile`, a limit of 3 splits `three_outputs` into two kernels and
+# logs the reason:
+
+# %% tags=["raises-exception"]
 test_limit_3_splits_the_kernel()
+
+# %% [markdown]
+# A limit of 2 refuses every fusion; a limit of 4 refuses none:
+
+# %% tags=["raises-exception"]
 test_limit_2_and_4()
+
+# %% [markdown]
+# A buffer handed from producer to consumer counts once, so a limit of 5 keeps `h`
+# in one kernel:
+
+# %% tags=["raises-exception"]
 test_vertical_fusion_counts_handed_over_buffers_once()
 
 # %% [markdown]

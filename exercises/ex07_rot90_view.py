@@ -81,6 +81,15 @@ def registered(op, lowering):
         lowerings.update(saved)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def expect_start(text, start, what):
+    assert text.startswith(start), f"{what}: got {text!r}, expected {start!r}..."
+
+
 # %% [markdown]
 # `torch.rot90(x, k, dims)` turns the plane of the two dimensions `dims` by `k`
 # quarter turns, from the first dimension towards the second. For a `(3, 4)` matrix
@@ -161,35 +170,41 @@ def test_repr_and_size():
     graph = GraphLowering(make_fx(lambda x: x + 1)(x), [x]).lower()
     (box,) = graph.graph_inputs.values()
     view = Rot90View.create(box, 1, (0, 1))
-    assert [int(s) for s in view.get_size()] == [4, 3]
-    assert repr(view).startswith(
-        "Rot90View(k=1, dims=[0, 1], size=[4, 3], reads [i1, 3 - i0] of "
-    ), repr(view)
+    expect([int(s) for s in view.get_size()], [4, 3], "size of rot90(k=1)")
+    expect_start(
+        repr(view),
+        "Rot90View(k=1, dims=[0, 1], size=[4, 3], reads [i1, 3 - i0] of ",
+        "repr",
+    )
     view = Rot90View.create(box, -6, (1, -2))
-    assert view.k == 2 and view.dims == (1, 0), (view.k, view.dims)
-    assert repr(view).startswith(
-        "Rot90View(k=2, dims=[1, 0], size=[3, 4], reads [2 - i0, 3 - i1] of "
-    ), repr(view)
-    assert strided_view(view) is None  # a rotation has no strides: it is read
-    assert view.get_dtype() == torch.float32
+    expect((view.k, view.dims), (2, (1, 0)), "(k, dims) for k=-6, dims=(1, -2)")
+    expect_start(
+        repr(view),
+        "Rot90View(k=2, dims=[1, 0], size=[3, 4], reads [2 - i0, 3 - i1] of ",
+        "repr",
+    )
+    # a rotation has no strides: it is read
+    expect(strided_view(view), None, "strided_view of a rotation")
+    expect(view.get_dtype(), torch.float32, "dtype")
 
 
 def test_the_body_reads_the_input_rotated():
     x = torch.randn(5, 2, 7)
     graph = lowered(lambda x: torch.rot90(x, 3, [0, 2]) * 2, x)
     (buf,) = graph.buffers
-    assert [int(s) for s in buf.get_size()] == [7, 2, 5]
+    expect([int(s) for s in buf.get_size()], [7, 2, 5], "size of the buffer")
     body = buf.data.inner_fn_str()
     # x[4 - i2, i1, i0], at strides (14, 7, 1): a negative stride, in an index
-    assert "ops.load(x_1, i0 + 7*i1 - 14*i2 + 56)" in body, body
-    assert graph.fallbacks == []
+    load = "ops.load(x_1, i0 + 7*i1 - 14*i2 + 56)"
+    assert load in body, f"body: got\n{body}\nexpected it to contain {load!r}"
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def check(fn, *args):
     with registered(aten.rot90, lower_rot90):
         out, graph = compile_once(fn, *args)
     torch.testing.assert_close(out, fn(*args))
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
     return graph
 
 
@@ -203,7 +218,8 @@ def test_every_turn_fuses_into_one_kernel():
                 return r * 2 + (y if r.shape == y.shape else y.t())
 
             graph = check(fn, x, y)
-            assert len(graph.kernel_names) == 1, (k, dims, graph.kernel_names)
+            kernels = graph.kernel_names
+            expect(len(kernels), 1, f"kernels for k={k}, dims={dims} ({kernels})")
 
 
 def test_three_dims_strided_and_size_one():
@@ -223,17 +239,41 @@ def test_outputs_integers_and_booleans():
     with registered(aten.rot90, lower_rot90):
         out, _ = compile_once(lambda n: torch.rot90(n, 4), n)
     out.add_(1)  # writing into the result must not change the input
-    assert torch.equal(n, torch.arange(30).view(5, 6))
+    before = torch.arange(30).view(5, 6)
+    assert torch.equal(n, before), f"writing into rot90(n, 4) changed n: got\n{n}"
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The view's size, `k`, `dims`
+# and one-line repr, and that it is not strided:
 
 # %% tags=["raises-exception"]
 test_repr_and_size()
+
+# %% [markdown]
+# The buffer that reads a rotation loads its input at a rotated index:
+
+# %% tags=["raises-exception"]
 test_the_body_reads_the_input_rotated()
+
+# %% [markdown]
+# Every `k` from -5 to 5, both orders of `dims`: eager's values, one kernel:
+
+# %% tags=["raises-exception"]
 test_every_turn_fuses_into_one_kernel()
+
+# %% [markdown]
+# A 3-d transposed input, and a size-1 dimension:
+
+# %% tags=["raises-exception"]
 test_three_dims_strided_and_size_one()
+
+# %% [markdown]
+# Integers and booleans, a rotation as a graph output, and `k = 4` as a copy:
+
+# %% tags=["raises-exception"]
 test_outputs_integers_and_booleans()
 
 # %% [markdown]

@@ -76,6 +76,11 @@ def compile_once(fn, *args):
     return out, graph
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # Today, rows of 5000 elements are two kernels:
 
@@ -196,19 +201,25 @@ def logsumexp_graph(x, dim=1, keepdim=False):
     fn = lambda x: torch.logsumexp(x, dim, keepdim)  # noqa: E731
     out, graph = compile_once(fn, x)
     want = fn(x)
-    assert out.dtype == want.dtype, (out.dtype, want.dtype)
-    torch.testing.assert_close(out, want, equal_nan=True)
+    case = f"logsumexp of {x.dtype} {tuple(x.shape)}, dim={dim}, keepdim={keepdim}"
+    expect(out.dtype, want.dtype, f"{case}: dtype")
+    torch.testing.assert_close(out, want, equal_nan=True, msg=lambda m: f"{case}: {m}")
     return graph
+
+
+def count_in_source(graph, text, expected):
+    got = graph.source.count(text)
+    expect(got, expected, f"occurrences of {text!r} in\n{graph.source}\n")
 
 
 def test_long_rows_are_read_once():
     with installed():
         graph = logsumexp_graph(torch.randn(5, 5000) * 30)
-    assert graph.kernel_names == ["triton_red_fused_logsumexp_0"], graph.kernel_names
-    assert graph.fallbacks == [], graph.fallbacks
-    assert graph.source.count("tl.load(") == 1, graph.source
-    assert graph.source.count("tl.full([XBLOCK, RBLOCK]") == 1, graph.source
-    assert graph.source.count("tl.zeros([XBLOCK, RBLOCK]") == 1, graph.source
+    expect(graph.kernel_names, ["triton_red_fused_logsumexp_0"], "kernels")
+    expect(graph.fallbacks, [], "fallbacks")
+    count_in_source(graph, "tl.load(", 1)
+    count_in_source(graph, "tl.full([XBLOCK, RBLOCK]", 1)
+    count_in_source(graph, "tl.zeros([XBLOCK, RBLOCK]", 1)
 
 
 def test_short_rows_and_single_elements():
@@ -220,10 +231,8 @@ def test_short_rows_and_single_elements():
     with installed():
         for shape, dim, keepdim, kind in cases:
             graph = logsumexp_graph(torch.randn(*shape) * 10, dim, keepdim)
-            assert graph.kernel_names == [f"triton_{kind}_fused_logsumexp_0"], (
-                shape,
-                graph.kernel_names,
-            )
+            expected = [f"triton_{kind}_fused_logsumexp_0"]
+            expect(graph.kernel_names, expected, f"kernels for {shape} over {dim}")
 
 
 def test_awkward_shapes_and_dims_match_eager():
@@ -238,7 +247,7 @@ def test_awkward_shapes_and_dims_match_eager():
         for shape, dim in cases:
             for keepdim in (False, True):
                 graph = logsumexp_graph(torch.randn(*shape) * 20 + 1e4, dim, keepdim)
-                assert graph.fallbacks == [], (shape, graph.fallbacks)
+                expect(graph.fallbacks, [], f"fallbacks for {shape} over {dim}")
 
 
 def test_dtypes_match_eager():
@@ -252,8 +261,11 @@ def test_dtypes_match_eager():
     with installed():
         for x in inputs:
             graph = logsumexp_graph(x)
-            assert graph.fallbacks == [], (x.dtype, graph.fallbacks)
-            assert "logsumexp" in graph.kernel_names[0], graph.kernel_names
+            expect(graph.fallbacks, [], f"fallbacks for {x.dtype}")
+            assert "logsumexp" in graph.kernel_names[0], (
+                f"kernels for {x.dtype}: got {graph.kernel_names}, "
+                f"expected the first with 'logsumexp'"
+            )
 
 
 def test_infinities_and_nan_as_eager():
@@ -273,21 +285,57 @@ def test_infinities_and_nan_as_eager():
 def test_uninstall_restores():
     with installed():
         graph = logsumexp_graph(torch.randn(5, 5000))
-        assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert KernelOpsHandler.reduction is CHAPTER_REDUCTION
+        kernels = graph.kernel_names
+        expect(len(kernels), 1, f"kernels while installed ({kernels})")
+    assert KernelOpsHandler.reduction is CHAPTER_REDUCTION, (
+        f"KernelOpsHandler.reduction after uninstall(): got "
+        f"{KernelOpsHandler.reduction!r}, expected chapter 16's {CHAPTER_REDUCTION!r}"
+    )
     graph = logsumexp_graph(torch.randn(5, 5000))
-    assert len(graph.kernel_names) == 2, graph.kernel_names
+    kernels = graph.kernel_names
+    expect(len(kernels), 2, f"kernels after uninstall() ({kernels})")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. Rows of 5000: one looped kernel,
+# one load, two accumulators:
 
 # %% tags=["raises-exception"]
 test_long_rows_are_read_once()
+
+# %% [markdown]
+# A persistent kernel for short rows, a pointwise one over size 1, a looped one with
+# a partial last chunk:
+
+# %% tags=["raises-exception"]
 test_short_rows_and_single_elements()
+
+# %% [markdown]
+# Outer reductions, two dimensions, a size-1 dimension, large values, with and
+# without `keepdim`:
+
+# %% tags=["raises-exception"]
 test_awkward_shapes_and_dims_match_eager()
+
+# %% [markdown]
+# float16, bfloat16, integers and booleans:
+
+# %% tags=["raises-exception"]
 test_dtypes_match_eager()
+
+# %% [markdown]
+# Rows of `-inf`, with `inf`, with NaN, and of large equal values, persistent and
+# looped:
+
+# %% tags=["raises-exception"]
 test_infinities_and_nan_as_eager()
+
+# %% [markdown]
+# `uninstall` brings back chapter 16's handler and chapter 2's two kernels:
+
+# %% tags=["raises-exception"]
 test_uninstall_restores()
 
 # %% [markdown]

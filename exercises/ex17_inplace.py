@@ -116,6 +116,16 @@ def run(source, *args):
         return module.call(list(args)), allocated
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def expect_equal(got, expected, what):
+    """A check on tensors: the same shape and elements, exactly."""
+    assert torch.equal(got, expected), f"{what}: got\n{got}\nexpected\n{expected}"
+
+
 # %% [markdown]
 # Here is where donated inputs come from. We compile a training step of `Linear(48,
 # 70)` and `GELU` with minductor, and a hook (chapter 1's `compile_hooks`, called for
@@ -359,7 +369,11 @@ def written_over(source):
 def test_the_backward_writes_over_its_saved_activation():
     (saved,) = donated
     planned, source = plan_of(backward, *bw_inputs, donated=donated)
-    assert written_over(source) == ([f"buf0 = {saved}  # reuse"], 1), call_lines(source)
+    expect(
+        written_over(source),
+        ([f"buf0 = {saved}  # reuse"], 1),
+        f"(reuse lines, in_out_ptr kernels) of\n{call_lines(source)}\n",
+    )
     inputs = dict(zip(names, example_inputs(backward)))
     copies = {name: t.clone() for name, t in inputs.items()}
     expected = backward(*copies.values())
@@ -372,11 +386,16 @@ def test_the_backward_writes_over_its_saved_activation():
     torch.testing.assert_close(inputs[saved], gradient, atol=1e-4, rtol=1e-4)
     activation, weight, bias = 300 * 70 * 4, 70 * 48 * 4, 70 * 4  # bytes
     _, plain_allocated = run(plain_source, *example_inputs(backward))
-    assert sorted(plain_allocated) == sorted(allocated + [activation])
+    expect(
+        sorted(plain_allocated),
+        sorted(allocated + [activation]),
+        "sizes allocated by chapter 17's plan (expected: yours and the activation's)",
+    )
     # chapter 18's plan holds the saved activation and buf0 while the kernel runs;
     # yours, at most the activation's memory and the weight's and bias's gradients
     peaks = held_bytes(plain, donated), held_bytes(planned, donated)
-    assert peaks == (2 * activation, activation + weight + bias), peaks
+    expected = (2 * activation, activation + weight + bias)
+    expect(peaks, expected, "peak bytes held (chapter 18's plan, yours)")
 
 
 def view_as_matrix(x):
@@ -395,12 +414,17 @@ def test_a_donated_input_in_another_layout():
     for fn, x, view in cases:
         _, source = plan_of(fn, x, donated={"x_1"})
         reuses, in_out = written_over(source)
-        assert len(reuses) == 1 and f"reinterpret_tensor(x_1, {view}, 0)" in reuses[0]
-        assert in_out == 1, source
+        view_of_x = f"reinterpret_tensor(x_1, {view}, 0)"
+        assert len(reuses) == 1 and view_of_x in reuses[0], (
+            f"{fn.__name__}: reuse lines: got {reuses}, expected one with {view_of_x!r}"
+        )
+        expect(in_out, 1, f"{fn.__name__}: kernels with an in_out_ptr in\n{source}\n")
         expected, address = fn(x.clone()), x.data_ptr()
         (out,), allocated = run(source, x)
-        assert allocated == [], fn.__name__  # nothing new: the output is x's memory
-        assert out.data_ptr() == address and out.stride() == expected.stride()
+        # nothing new: the output is x's memory
+        expect(allocated, [], f"{fn.__name__}: bytes allocated")
+        expect(out.data_ptr(), address, f"{fn.__name__}: address of the output")
+        expect(out.stride(), expected.stride(), f"{fn.__name__}: output strides")
         torch.testing.assert_close(out, expected)
 
 
@@ -420,19 +444,36 @@ def test_what_is_not_donated_stays_the_callers():
         (view_as_matrix, (a,)),
         (backward, bw_inputs),
     ]:
+        name = getattr(fn, "__name__", "the backward")
         graph, scheduler = lowered(fn, *args)
-        assert candidates(scheduler, set()) == inplace_candidates(scheduler)
-        assert plan_of(fn, *args, donated=set())[1] == plan_of(fn, *args)[1]
+        expect(
+            candidates(scheduler, set()),
+            inplace_candidates(scheduler),
+            f"{name}: candidates with nothing donated (expected chapter 15's)",
+        )
+        ours, chapters = plan_of(fn, *args, donated=set())[1], plan_of(fn, *args)[1]
+        assert ours == chapters, (
+            f"{name}: with nothing donated, got the module\n{ours}\n"
+            f"expected chapter 17's\n{chapters}"
+        )
     for fn, args in [(sum_then_exp, (square,)), (backward, bw_inputs)]:
         _, scheduler = lowered(fn, *args, fuse=True)  # kernels of several members
-        assert candidates(scheduler, set()) == inplace_candidates(scheduler)
+        expect(
+            candidates(scheduler, set()),
+            inplace_candidates(scheduler),
+            "fused kernels: candidates with nothing donated (expected chapter 15's)",
+        )
     _, source = plan_of(gelu_of_product, a, b, donated={"b_1"})
-    assert written_over(source) == (["buf0 = b_1  # reuse"], 1), call_lines(source)
+    expect(
+        written_over(source),
+        (["buf0 = b_1  # reuse"], 1),
+        f"(reuse lines, in_out_ptr kernels) of\n{call_lines(source)}\n",
+    )
     kept, expected = a.clone(), gelu_of_product(a, b)
     for code in (plain_source, source):  # chapter 17's, then yours with b donated
         (out,), _ = run(code, a, b.clone())
         torch.testing.assert_close(out, expected)
-        assert torch.equal(a, kept)  # not donated: as it was
+        expect_equal(a, kept, "a, not donated, after the call")  # as it was
 
 
 def mirrored(x):
@@ -514,9 +555,11 @@ def test_what_stays_refused():
             got, _ = run(source, arg, *constants)
             for g, e in zip(got, expected, strict=True):
                 torch.testing.assert_close(g, e)
-            assert torch.equal(arg, eager_arg), fn.__name__  # as eager leaves it
-            assert all(map(torch.equal, constants, kept)), fn.__name__
-    assert written == [], f"written over: {written}"
+            # as eager leaves it
+            expect_equal(arg, eager_arg, f"{fn.__name__}: the input after the call")
+            for constant, before in zip(constants, kept, strict=True):
+                expect_equal(constant, before, f"{fn.__name__}: a constant")
+    expect(written, [], "cases where an input was written over")
 
 
 def mm_times_sigmoid(addmm, x, w):
@@ -526,7 +569,8 @@ def mm_times_sigmoid(addmm, x, w):
 def test_one_input_per_output():
     a, b = torch.randn(3000), torch.randn(3000)
     _, scheduler = lowered(gelu_of_product, a, b)
-    assert candidates(scheduler, {"a_1", "b_1"}) == {"a_1": "buf0"}  # the first
+    got = candidates(scheduler, {"a_1", "b_1"})
+    expect(got, {"a_1": "buf0"}, "candidates with a and b donated")  # the first
     mm_args = (torch.randn(300, 70), torch.randn(300, 48), torch.randn(48, 70))
     for fn, args, given in [
         (gelu_of_product, (a, b), {"a_1", "b_1"}),
@@ -535,8 +579,10 @@ def test_one_input_per_output():
         _, source = plan_of(fn, *args, donated=given)
         reuses, in_out = written_over(source)
         output = "buf1" if fn is mm_times_sigmoid else "buf0"
-        assert len(reuses) == 1 and reuses[0].startswith(f"{output} = "), reuses
-        assert in_out == 1, source
+        assert len(reuses) == 1 and reuses[0].startswith(f"{output} = "), (
+            f"{fn.__name__}: reuse lines: got {reuses}, expected one, '{output} = ...'"
+        )
+        expect(in_out, 1, f"{fn.__name__}: kernels with an in_out_ptr in\n{source}\n")
         expected = fn(*(t.clone() for t in args))
         (out,), _ = run(source, *args)
         torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
@@ -550,24 +596,66 @@ def test_chapter_18s_rules_stay():
     args = (torch.randn(3000), torch.randn(2, 3, 30, 30), torch.randn(4, 3, 3, 3))
     graph, scheduler = lowered(conv_and_sigmoid, *args)
     wrapper = DonatingWrapper(graph, scheduler, interpret=True, donated={"saved_1"})
-    assert donating_written_over(wrapper) == {"buf0": "buf1", "saved_1": "buf2"}
+    expect(
+        donating_written_over(wrapper),
+        {"buf0": "buf1", "saved_1": "buf2"},
+        "donating_written_over",
+    )
     # were convolution an op that may return a view of its input, its result would
     # not be the wrapper's memory to give; the donated input still is
     with mock.patch.object(memory, "may_alias", lambda op: True):
-        assert donating_written_over(wrapper) == {"saved_1": "buf2"}
+        expect(
+            donating_written_over(wrapper),
+            {"saved_1": "buf2"},
+            "donating_written_over, were the convolution's result maybe a view",
+        )
     with config.patch({"inplace_buffers": False}):
-        assert donating_written_over(wrapper) == {}
+        expect(
+            donating_written_over(wrapper),
+            {},
+            "donating_written_over with inplace_buffers = False",
+        )
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The backward's GELU kernel
+# writes over the saved activation, with eager's values and a lower peak:
 
 # %% tags=["raises-exception"]
 test_the_backward_writes_over_its_saved_activation()
+
+# %% [markdown]
+# A donated input written over through another layout (a `reinterpret_tensor`):
+
+# %% tags=["raises-exception"]
 test_a_donated_input_in_another_layout()
+
+# %% [markdown]
+# With nothing donated, chapter 15's candidates and chapter 17's module; an input not
+# donated is left as it was:
+
+# %% tags=["raises-exception"]
 test_what_is_not_donated_stays_the_callers()
+
+# %% [markdown]
+# Donated inputs that the other rules still protect (read twice, returned, viewed,
+# mutated, another layout, a constant) are never written over:
+
+# %% tags=["raises-exception"]
 test_what_stays_refused()
+
+# %% [markdown]
+# An output is written over one input, never two:
+
+# %% tags=["raises-exception"]
 test_one_input_per_output()
+
+# %% [markdown]
+# Chapter 18's pairs and rules stay, and `inplace_buffers = False` switches all off:
+
+# %% tags=["raises-exception"]
 test_chapter_18s_rules_stay()
 
 # %% [markdown]

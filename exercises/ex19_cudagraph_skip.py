@@ -16,7 +16,8 @@
 # %% [markdown]
 # # Exercise 19: a new reason not to record a CUDA graph
 #
-# **Difficulty:** medium.
+# **Difficulty:** easy. A few lines of code; reading chapter 20's table is most of the
+# work.
 #
 # **You will:** write a check for chapter 20's decision table that refuses to record
 # a graph whose replays would copy too many bytes of inputs, register it in
@@ -90,6 +91,12 @@ def using_check(check):
         SKIP_CHECKS.remove(check)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected` (`is`, for None)."""
+    ok = got is None if expected is None else got == expected
+    assert ok, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # ## Part 1: what a replay copies
 #
@@ -135,22 +142,33 @@ X, W = torch.randn(8, 16), torch.randn(16, 16)
 
 
 def test_copied_bytes():
-    assert copied_bytes(facts_of(linear, X, W, static={1})) == 512
-    assert copied_bytes(facts_of(linear, X, W)) == 512 + 1024
-    assert copied_bytes(facts_of(linear, X, W, static={0, 1})) == 0
+    got = copied_bytes(facts_of(linear, X, W, static={1}))
+    expect(got, 512, "copied_bytes, the weight static")
+    got = copied_bytes(facts_of(linear, X, W))
+    expect(got, 512 + 1024, "copied_bytes, none static")
+    got = copied_bytes(facts_of(linear, X, W, static={0, 1}))
+    expect(got, 0, "copied_bytes, both static")
 
 
 def test_check_on_facts():
     facts = facts_of(linear, X, W)
-    assert limit_copied_bytes(1536)(facts) is None
-    assert limit_copied_bytes(1535)(facts) == (
-        "copies 1536 bytes of inputs per replay, more than 1535"
+    expect(limit_copied_bytes(1536)(facts), None, "limit 1536, 1536 bytes copied")
+    expect(
+        limit_copied_bytes(1535)(facts),
+        "copies 1536 bytes of inputs per replay, more than 1535",
+        "limit 1535, 1536 bytes copied",
     )
     with using_check(limit_copied_bytes(1000)):
-        assert skip_reason(facts_of(linear, X, W, static={1})) is None
+        got = skip_reason(facts_of(linear, X, W, static={1}))
+        expect(got, None, "skip_reason with limit 1000, 512 bytes copied")
         reason = skip_reason(facts)
-    assert reason == "copies 1536 bytes of inputs per replay, more than 1000", reason
-    assert skip_reason(facts) is None  # the table is as it was
+    expect(
+        reason,
+        "copies 1536 bytes of inputs per replay, more than 1000",
+        "skip_reason with limit 1000, 1536 bytes copied",
+    )
+    # the table is as it was
+    expect(skip_reason(facts), None, "skip_reason once the check is removed")
 
 
 # %% [markdown]
@@ -206,9 +224,9 @@ def test_a_big_input_is_not_recorded():
     results, wrapped, log = compile_and_run(gelu_chain, x, limit=1024)
     for got in results:
         torch.testing.assert_close(got, gelu_chain(x))
-    assert wrapped == []
+    expect(wrapped, [], "graphs wrapped for recording")
     said = [m for m in log if "copies 4096 bytes of inputs per replay" in m]
-    assert len(said) == 1, log
+    expect(len(said), 1, f"log lines with the reason (log: {log})")
 
 
 def test_a_small_input_is_still_recorded():
@@ -216,17 +234,37 @@ def test_a_small_input_is_still_recorded():
     results, wrapped, log = compile_and_run(gelu_chain, x, limit=1024)
     for got in results:
         torch.testing.assert_close(got, gelu_chain(x))
-    assert len(wrapped) == 1 and len(wrapped[0].recordings) == 1
-    assert not any("copies" in m for m in log), log
+    expect(len(wrapped), 1, "graphs wrapped for recording")
+    expect(len(wrapped[0].recordings), 1, "recordings of the wrapped graph")
+    expect([m for m in log if "copies" in m], [], "log lines with a reason")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The bytes a replay of the
+# linear layer copies, with its weight static, with none, with both:
 
 # %% tags=["raises-exception"]
 test_copied_bytes()
+
+# %% [markdown]
+# The check on those facts, alone and registered in `SKIP_CHECKS`:
+
+# %% tags=["raises-exception"]
 test_check_on_facts()
+
+# %% [markdown]
+# Through `torch.compile`, a 4096-byte input is not recorded, and the log says why
+# once:
+
+# %% tags=["raises-exception"]
 test_a_big_input_is_not_recorded()
+
+# %% [markdown]
+# A 256-byte input is still recorded:
+
+# %% tags=["raises-exception"]
 test_a_small_input_is_still_recorded()
 
 # %% [markdown]

@@ -133,6 +133,22 @@ def test_stub_parses_as_tagged_notebook(repo):
     assert all("tags" not in c.metadata for c in code[:-1])
 
 
+def test_one_check_cell_per_check_each_tagged(repo):
+    """The exercises call each check from a cell of its own, after a markdown line."""
+    one_per_cell = SOLUTION.replace(
+        '# %% tags=["slow"]\n# run the checks\ntest_add_one()\ntest_box()\n',
+        "# %%\ntest_add_one()\n\n# %% [markdown]\n# The box:\n\n# %%\ntest_box()\n",
+    )
+    assert one_per_cell != SOLUTION
+    (repo / "exercises" / "solutions" / "ex01_add.py").write_text(one_per_cell)
+    assert run(repo).returncode == 0
+    stub = (repo / "exercises" / "ex01_add.py").read_text()
+    tagged = '# %% tags=["raises-exception"]\n'
+    assert stub.endswith(
+        f"{tagged}test_add_one()\n\n# %% [markdown]\n# The box:\n\n{tagged}test_box()\n"
+    ), stub
+
+
 def test_check_catches_stale_missing_and_stray(repo):
     assert run(repo, "--check").returncode == 1  # missing
     run(repo)

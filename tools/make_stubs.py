@@ -12,9 +12,12 @@ markdown cells with ``# %% [markdown]``).
   one cell.
 * Checks are ``def test_*():`` functions that use the learner's code and assert.
 * A *check cell* is a code cell that only calls test functions (``test_foo()``
-  lines and comments, nothing else); normally one, the notebook's last cell, calls
-  every check. No other top-level code may call into the learner's part: in the stub
-  it raises.
+  lines and comments, nothing else). A notebook has one check cell per check, each
+  after a markdown line that says what it checks, so that a learner running the
+  cells one by one sees which checks pass and which fail. No other top-level code
+  may call into the learner's part: in the stub it raises.
+* A check's ``assert`` says what it compared, with both values (``got ...,
+  expected ...``); tensors go through ``torch.testing.assert_close``.
 
 ``make_stubs.py`` writes ``exercises/exNN_topic.py`` for each solution:
 

@@ -66,6 +66,11 @@ def buffers_of(fn, *args):
     return graph.buffers, dtypes
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # The body of `a * b + c`, printed by chapter 3's `PrintHandler`, is what your handler
 # will see, one call at a time:
@@ -186,35 +191,41 @@ def cost(fn, *args):
 def test_bytes_and_flops_of_a_multiply_add():
     x = [torch.randn(5, 7) for _ in range(3)]
     h = cost(lambda a, b, c: a * b + c, *x)
-    assert (h.bytes_read, h.bytes_written, h.flops) == (12, 4, 2)
+    got = (h.bytes_read, h.bytes_written, h.flops)
+    expect(got, (12, 4, 2), "float32 a*b+c (bytes_read, bytes_written, flops)")
     half = [t.half() for t in x]  # loaded as 2 bytes, computed in float32, stored as 2
     h = cost(lambda a, b, c: a * b + c, *half)
-    assert (h.bytes_read, h.bytes_written, h.flops) == (6, 2, 2)
+    got = (h.bytes_read, h.bytes_written, h.flops)
+    expect(got, (6, 2, 2), "float16 a*b+c (bytes_read, bytes_written, flops)")
 
 
 def test_a_value_read_twice_is_loaded_once_and_broadcasts_count_per_element():
     x, row = torch.randn(6, 4), torch.randn(4)
     h = cost(lambda x: x * x + x, x)
-    assert (h.bytes_read, h.flops) == (4, 2)
+    expect((h.bytes_read, h.flops), (4, 2), "x*x+x (bytes_read, flops)")
     h = cost(lambda x, row: x + row, x, row)  # one load of the row per element
-    assert h.bytes_read == 8
+    expect(h.bytes_read, 8, "x + row, bytes_read")
 
 
 def test_transcendental_ops_cost_more_and_conversions_nothing():
     x = torch.randn(3, 3)
     h = cost(lambda x: torch.sin(x).exp() * 2, x)
-    assert h.flops == 2 * SPECIAL_COST + 1
+    expect(h.flops, 2 * SPECIAL_COST + 1, "flops of sin(x).exp() * 2")
     h = cost(lambda x: x.to(torch.float64).to(torch.float32) + 1, x)
-    assert h.flops == 1
+    expect(h.flops, 1, "flops of x.to(float64).to(float32) + 1")
 
 
 def test_roofline_of_the_benchmarks_multiply_add():
     x = [torch.randn(4096, 4096) for _ in range(3)]
     (buf,), dtypes = buffers_of(lambda a, b, c: a * b + c, *x)
     r = roofline(buf, dtypes, **H200)
-    assert r["bytes"] == 16 * 4096 * 4096 and r["flops"] == 2 * 4096 * 4096
-    assert r["bound"] == "memory"
-    assert abs(r["seconds"] - 268_435_456 / 4.8e12) < 1e-9  # 55.9 µs; measured: 68.0
+    expect(r["bytes"], 16 * 4096 * 4096, "bytes")
+    expect(r["flops"], 2 * 4096 * 4096, "flops")
+    expect(r["bound"], "memory", "bound")
+    floor = 268_435_456 / 4.8e12  # 55.9 µs; measured: 68.0
+    assert abs(r["seconds"] - floor) < 1e-9, (
+        f"seconds: got {r['seconds']!r}, expected {floor!r}"
+    )
 
 
 def test_a_long_chain_of_sines_is_compute_bound():
@@ -225,18 +236,45 @@ def test_a_long_chain_of_sines_is_compute_bound():
 
     (buf,), dtypes = buffers_of(chain, torch.randn(1024))
     r = roofline(buf, dtypes, **H200)
-    assert r["flops"] == 40 * SPECIAL_COST * 1024 and r["bound"] == "compute"
-    assert r["seconds"] == r["compute_s"] > r["memory_s"]
+    expect(r["flops"], 40 * SPECIAL_COST * 1024, "flops")
+    expect(r["bound"], "compute", "bound")
+    assert r["seconds"] == r["compute_s"] > r["memory_s"], (
+        f"got seconds={r['seconds']!r}, compute_s={r['compute_s']!r}, "
+        f"memory_s={r['memory_s']!r}; expected seconds == compute_s > memory_s"
+    )
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The bytes and flops of one
+# element of `a * b + c`, in float32 and float16:
 
 # %%
 test_bytes_and_flops_of_a_multiply_add()
+
+# %% [markdown]
+# A value read twice is loaded once; a broadcast row is loaded once per element:
+
+# %%
 test_a_value_read_twice_is_loaded_once_and_broadcasts_count_per_element()
+
+# %% [markdown]
+# A transcendental op costs `SPECIAL_COST`, a conversion nothing:
+
+# %%
 test_transcendental_ops_cost_more_and_conversions_nothing()
+
+# %% [markdown]
+# The roofline of the benchmark's multiply-add: memory bound, 55.9 µs at least:
+
+# %%
 test_roofline_of_the_benchmarks_multiply_add()
+
+# %% [markdown]
+# Forty sines in a row are compute bound:
+
+# %%
 test_a_long_chain_of_sines_is_compute_bound()
 
 # %% [markdown]

@@ -72,6 +72,11 @@ class Report:
     aten_graphs: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # A Dynamo graph holds the calls of your Python code, as written:
 
@@ -163,7 +168,8 @@ def run_reported(fn, *args):
 
 def test_aten_ops_of_a_traced_graph():
     gm = make_fx(lambda x, y: torch.sin(x) * y + 1)(torch.randn(3), torch.randn(3))
-    assert aten_ops(gm) == ["aten.sin.default", "aten.mul.Tensor", "aten.add.Tensor"]
+    expected = ["aten.sin.default", "aten.mul.Tensor", "aten.add.Tensor"]
+    expect(aten_ops(gm), expected, "aten_ops of sin(x) * y + 1")
 
 
 def test_a_graph_break_makes_two_graphs():
@@ -175,13 +181,14 @@ def test_a_graph_break_makes_two_graphs():
     x = torch.randn(7, 3)
     out, report, graphs = run_reported(fn, x)
     torch.testing.assert_close(out, fn(x))
-    assert report.dynamo_graphs == [["sin", "mul"], ["add"]], report.dynamo_graphs
-    assert report.aten_graphs == [
+    expect(report.dynamo_graphs, [["sin", "mul"], ["add"]], "dynamo_graphs")
+    expected = [
         ("forward", ["aten.sin.default", "aten.mul.Tensor"]),
         ("forward", ["aten.add.Tensor"]),
-    ], report.aten_graphs
+    ]
+    expect(report.aten_graphs, expected, "aten_graphs")
     # minductor compiled both: one kernel each, where one graph would have had one
-    assert [len(g.kernel_names) for g in graphs] == [1, 1]
+    expect([len(g.kernel_names) for g in graphs], [1, 1], "kernels per graph")
 
 
 def test_decompositions_happen_between_dynamo_and_aten():
@@ -191,11 +198,17 @@ def test_decompositions_happen_between_dynamo_and_aten():
     x = torch.randn(5, 9)
     out, report, graphs = run_reported(fn, x)
     torch.testing.assert_close(out, fn(x))
-    assert report.dynamo_graphs == [["hardswish", ".sum"]], report.dynamo_graphs
+    expect(report.dynamo_graphs, [["hardswish", ".sum"]], "dynamo_graphs")
+    expect(len(report.aten_graphs), 1, f"aten graphs ({report.aten_graphs})")
     ((kind, ops),) = report.aten_graphs
-    assert kind == "forward" and "aten.hardswish.default" not in ops, ops
-    assert "aten.clamp.default" in ops and ops[-1] == "aten.sum.default", ops
-    assert graphs[0].fallbacks == []
+    expect(kind, "forward", "kind of the aten graph")
+    assert "aten.hardswish.default" not in ops, (
+        f"aten ops: got {ops}, expected hardswish decomposed (no aten.hardswish)"
+    )
+    assert "aten.clamp.default" in ops and ops[-1] == "aten.sum.default", (
+        f"aten ops: got {ops}, expected an aten.clamp.default and aten.sum.default last"
+    )
+    expect(graphs[0].fallbacks, [], "fallbacks")
 
 
 def test_training_reports_the_backward_when_it_runs():
@@ -205,15 +218,18 @@ def test_training_reports_the_backward_when_it_runs():
     x = torch.randn(6, 5, requires_grad=True)
     w = torch.randn(5, 3, requires_grad=True)
     out, report, graphs = run_reported(fn, x, w)
-    assert [kind for kind, _ in report.aten_graphs] == ["forward"]  # not yet
-    assert len(graphs) == 1
+    kinds = [kind for kind, _ in report.aten_graphs]
+    expect(kinds, ["forward"], "graphs reported before backward()")  # not yet
+    expect(len(graphs), 1, "graphs compiled before backward()")
     with record_compiled() as later:
         out.backward()
     kinds = [kind for kind, _ in report.aten_graphs]
-    assert kinds == ["forward", "backward"], kinds
-    assert len(later) == 1  # minductor compiled the backward, at its first run
+    expect(kinds, ["forward", "backward"], "graphs reported after backward()")
+    # minductor compiled the backward, at its first run
+    expect(len(later), 1, "graphs compiled by backward()")
     backward = report.aten_graphs[1][1]
-    assert backward.count("aten.mm.default") == 2, backward  # grad of x, grad of w
+    # grad of x, grad of w
+    expect(backward.count("aten.mm.default"), 2, f"mm in the backward ({backward})")
 
     x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     fn(x2, w2).backward()
@@ -224,11 +240,30 @@ def test_training_reports_the_backward_when_it_runs():
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. `aten_ops` of a graph traced
+# with `make_fx`:
 
 # %%
 test_aten_ops_of_a_traced_graph()
+
+# %% [markdown]
+# A graph break makes two Dynamo graphs, two forward graphs and two kernels:
+
+# %%
 test_a_graph_break_makes_two_graphs()
+
+# %% [markdown]
+# `hardswish` reaches Dynamo's graph whole and the ATen graph decomposed:
+
+# %%
 test_decompositions_happen_between_dynamo_and_aten()
+
+# %% [markdown]
+# With gradients, the backward graph is reported and compiled when `backward()`
+# first runs, and the gradients are eager's:
+
+# %%
 test_training_reports_the_backward_when_it_runs()
 
 # %% [markdown]

@@ -78,6 +78,11 @@ def registered(op, fn):
             decompositions[op] = saved
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # Today both ops fall back. The forward graph has a kernel for `2 * x`, then the ATen
 # call; the backward graph the same again:
@@ -166,7 +171,9 @@ def test_decomposition_traces_to_primitives():
     x, t = torch.randn(3, 4), torch.randn(3, 4)
     gm = make_fx(huber_loss)(x, t, MEAN, 0.5)
     targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
-    assert "aten.huber_loss.default" not in targets, targets
+    assert "aten.huber_loss.default" not in targets, (
+        f"ops traced: got {sorted(targets)}, expected no aten.huber_loss.default"
+    )
     torch.testing.assert_close(gm(x, t), F.huber_loss(x, t, delta=0.5))
 
 
@@ -175,9 +182,12 @@ def test_loss_is_one_fused_reduction():
     with both_registered():
         out, (graph,) = compile_graphs(loss_fn, x, t)
     torch.testing.assert_close(out, loss_fn(x, t))
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "mul" in graph.kernel_names[0]  # 2 * x fused into the reduction
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), 1, f"number of kernels ({graph.kernel_names})")
+    # 2 * x fused into the reduction
+    assert "mul" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, expected one with 'mul'"
+    )
 
 
 def test_reductions_deltas_and_strides():
@@ -190,8 +200,11 @@ def test_reductions_deltas_and_strides():
         for reduction in ("none", "sum", "mean"):
             for delta in (0.25, 1.0, 3.0):
                 out, (graph,) = compile_graphs(fn, x, t, reduction, delta)
-                torch.testing.assert_close(out, fn(x, t, reduction, delta))
-                assert graph.fallbacks == [], graph.fallbacks
+                case = f"reduction={reduction!r}, delta={delta}"
+                torch.testing.assert_close(
+                    out, fn(x, t, reduction, delta), msg=lambda m: f"{case}: {m}"
+                )
+                expect(graph.fallbacks, [], f"fallbacks with {case}")
 
 
 def test_awkward_values():
@@ -205,7 +218,7 @@ def test_awkward_values():
     with both_registered():
         out, (graph,) = compile_graphs(fn, x, t)
     torch.testing.assert_close(out, fn(x, t), equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def test_gradient_without_fallback():
@@ -223,8 +236,8 @@ def test_gradient_without_fallback():
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(w.grad, w2.grad)
-    assert len(graphs) == 2, graphs  # forward and backward
-    assert [g.fallbacks for g in graphs] == [[], []], [g.fallbacks for g in graphs]
+    expect(len(graphs), 2, "graphs compiled (forward and backward)")
+    expect([g.fallbacks for g in graphs], [[], []], "fallbacks (forward, backward)")
 
 
 def test_gradient_with_no_reduction():
@@ -236,20 +249,48 @@ def test_gradient_with_no_reduction():
 
     with both_registered():
         out, graphs = compile_graphs(fn, x, backward=True)
-    assert [g.fallbacks for g in graphs] == [[], []], [g.fallbacks for g in graphs]
+    expect([g.fallbacks for g in graphs], [[], []], "fallbacks (forward, backward)")
     expected = torch.func.grad(lambda x: fn(x).sum())(x.detach())
     torch.testing.assert_close(x.grad, expected)
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The decomposition, traced with
+# `make_fx`, has no `huber_loss` left and gives eager's value:
 
 # %%
 test_decomposition_traces_to_primitives()
+
+# %% [markdown]
+# Compiled, the loss of `2 * x` is one kernel, the `mul` fused into the reduction:
+
+# %%
 test_loss_is_one_fused_reduction()
+
+# %% [markdown]
+# The three reductions and three `delta`s on a transposed input:
+
+# %%
 test_reductions_deltas_and_strides()
+
+# %% [markdown]
+# Every pair of awkward values (±0, ±delta, 1e30, inf, NaN):
+
+# %%
 test_awkward_values()
+
+# %% [markdown]
+# The gradient, through a broadcast, with neither graph falling back:
+
+# %%
 test_gradient_without_fallback()
+
+# %% [markdown]
+# The gradient with no reduction, in float64:
+
+# %%
 test_gradient_with_no_reduction()
 
 # %% [markdown]

@@ -83,6 +83,16 @@ def load_indices(fn, *args):
     return handler.loads, dict(zip(variables, body.ranges))
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected` (`is`, for None)."""
+    ok = got is None if expected is None else got == expected
+    assert ok, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def expect_rule(e, expected):
+    expect(digit_of_digit(e), expected, f"digit_of_digit({e})")
+
+
 # %% [markdown]
 # The index `x.repeat(4).repeat(3) + 1` loads at, and what chapter 4's
 # simplification makes of it:
@@ -159,29 +169,30 @@ def simplify_digits(expr):
 # %%
 def test_the_cases():
     M = ModularIndexing
-    assert digit_of_digit(M(M(i, 1, 12), 1, 4)) == M(i, 1, 4)
-    assert digit_of_digit(M(M(i, 2, 12), 3, 2)) == M(i, 6, 2)
-    assert digit_of_digit(M(M(i, 1, 12), 4, 5)) == M(i, 4, 3)  # % 5 does nothing
-    assert digit_of_digit(M(M(i, 1, 12), 12, 7)) == 0
-    assert digit_of_digit(M(M(i, 3, 5), 7, 2)) == 0
-    assert digit_of_digit(M(M(i, 1, 12), 1, 5)) is None  # (i % 12) % 5: two cuts
-    assert digit_of_digit(M(M(i, 1, 12), 5, 2)) is None  # 12 // 5: not a digit
+    expect_rule(M(M(i, 1, 12), 1, 4), M(i, 1, 4))
+    expect_rule(M(M(i, 2, 12), 3, 2), M(i, 6, 2))
+    expect_rule(M(M(i, 1, 12), 4, 5), M(i, 4, 3))  # % 5 does nothing
+    expect_rule(M(M(i, 1, 12), 12, 7), 0)
+    expect_rule(M(M(i, 3, 5), 7, 2), 0)
+    expect_rule(M(M(i, 1, 12), 1, 5), None)  # (i % 12) % 5: two cuts
+    expect_rule(M(M(i, 1, 12), 5, 2), None)  # 12 // 5: not a digit
 
 
 def test_symbolic_sizes():
     M = ModularIndexing
     s0 = sv.create_symbol(hint=3)
-    assert digit_of_digit(M(M(i, 1, 4 * s0), 1, s0)) == M(i, 1, s0)
-    assert digit_of_digit(M(M(i, s0, 6), 2, 3)) == M(i, 2 * s0, 3)
-    assert digit_of_digit(M(M(i, 1, 2 * s0), s0, 2)) == M(i, s0, 2)
-    assert digit_of_digit(M(M(i, 1, 3 * s0), s0, 5)) == M(i, s0, 3)
-    assert digit_of_digit(M(M(i, 1, s0), 1, 4)) is None  # s0 may be 3
+    expect_rule(M(M(i, 1, 4 * s0), 1, s0), M(i, 1, s0))
+    expect_rule(M(M(i, s0, 6), 2, 3), M(i, 2 * s0, 3))
+    expect_rule(M(M(i, 1, 2 * s0), s0, 2), M(i, s0, 2))
+    expect_rule(M(M(i, 1, 3 * s0), s0, 5), M(i, s0, 3))
+    expect_rule(M(M(i, 1, s0), 1, 4), None)  # s0 may be 3
 
 
 def test_in_a_larger_expression():
     M = ModularIndexing
     expr = 3 * M(M(M(i, 1, 24), 1, 12), 1, 4) + 5 * M(M(j + 7, 1, 16), 2, 8) + j
-    assert simplify_digits(expr) == 3 * M(i, 1, 4) + 5 * M(j + 7, 2, 8) + j
+    expected = 3 * M(i, 1, 4) + 5 * M(j + 7, 2, 8) + j
+    expect(simplify_digits(expr), expected, f"simplify_digits({expr})")
 
 
 @settings(max_examples=300, deadline=None)
@@ -195,7 +206,8 @@ def test_in_a_larger_expression():
 def test_values_are_preserved(value, d1, m1, d2, m2):
     e = ModularIndexing(ModularIndexing(i, d1, m1), d2, m2)
     simplified = simplify_digits(e)
-    assert simplified.subs(i, value) == (value // d1 % m1) // d2 % m2, (e, simplified)
+    expected = (value // d1 % m1) // d2 % m2
+    expect(simplified.subs(i, value), expected, f"{e} -> {simplified} at i = {value}")
 
 
 def nested_digits(expr):
@@ -205,32 +217,65 @@ def nested_digits(expr):
 def test_the_kernels_index():
     (index,), ranges = load_indices(lambda x: x.repeat(4).repeat(3) + 1, torch.randn(5))
     simplified = sv.simplify_with_ranges(simplify_digits(index), ranges)
-    assert simplified == ModularIndexing(i, 1, 5), simplified
-    assert texpr(simplified) == "(i0 % 5)", texpr(simplified)
+    expect(simplified, ModularIndexing(i, 1, 5), f"{index} simplified")
+    expect(texpr(simplified), "(i0 % 5)", "its Triton expression")
 
     def rolled(x):  # a roll of a reshaped slice: a remainder of a remainder
         return x.view(6, 10)[:, :8].reshape(3, 16).roll(1, 1) + 1
 
     (index,), ranges = load_indices(rolled, torch.randn(60))
-    assert nested_digits(sv.simplify_with_ranges(index, ranges)), index
+    assert nested_digits(sv.simplify_with_ranges(index, ranges)), (
+        f"the rolled view's index {index} should have a nested remainder "
+        f"without the rule"
+    )
     simplified = sv.simplify_with_ranges(simplify_digits(index), ranges)
-    assert nested_digits(simplified) == [], simplified
-    assert texpr(simplified).count("%") == texpr(index).count("%") - 1
+    expect(nested_digits(simplified), [], f"nested remainders left in {simplified}")
+    expect(
+        texpr(simplified).count("%"),
+        texpr(index).count("%") - 1,
+        f"'%' in {texpr(simplified)!r} (before: {texpr(index)!r})",
+    )
     (v0, n0), (v1, n1) = ranges.items()  # and the same positions, in the whole loop
     for a in range(int(n0)):
         for b in range(int(n1)):
             point = {v0: a, v1: b}
-            assert index.subs(point) == simplified.subs(point), point
+            got, want = simplified.subs(point), index.subs(point)
+            expect(got, want, f"{simplified} at {point}")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The cases of the rule, with
+# numbers:
 
 # %%
 test_the_cases()
+
+# %% [markdown]
+# The same cases with a symbolic size `s0`:
+
+# %%
 test_symbolic_sizes()
+
+# %% [markdown]
+# Nested remainders inside a larger expression, three deep included:
+
+# %%
 test_in_a_larger_expression()
+
+# %% [markdown]
+# The property, with hypothesis: random digits and `x`, the same value before and
+# after:
+
+# %%
 test_values_are_preserved()
+
+# %% [markdown]
+# The index real kernels load at (`repeat` of `repeat`, a roll of a reshaped slice)
+# loses a remainder and keeps its values:
+
+# %%
 test_the_kernels_index()
 
 # %% [markdown]

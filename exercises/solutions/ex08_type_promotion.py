@@ -85,6 +85,26 @@ def compile_once(fn, *args):
     return out, graph
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def describe(args):
+    """`args` in a few words: a tensor as its dtype and size, a number as itself."""
+    return ", ".join(
+        f"{str(a.get_dtype()).removeprefix('torch.')}{[int(n) for n in a.get_size()]}"
+        if isinstance(a, TensorBox)
+        else repr(a)
+        for a in args
+    )
+
+
+def expect_promote(args, kind, expected):
+    what = f"my_promote([{describe(args)}], {kind.name}) as (compute, result)"
+    expect(my_promote(args, kind), expected, what)
+
+
 # %% [markdown]
 # The chapter's `promote` returns two dtypes, the one to compute in and the one to
 # return. Here it is on a few mixes; your function will have to agree with it on
@@ -182,19 +202,19 @@ def test_promotion_cases():
     D = Kind.DEFAULT
     b1, u8, i8 = box(torch.bool, 3), box(torch.uint8, 3), box(torch.int8, 3)
     i32, h = box(torch.int32, 3), box(f16, 3)
-    assert my_promote([i8, u8], D) == (torch.int16, torch.int16)
-    assert my_promote([i32, 2.5], D) == (f32, f32)
-    assert my_promote([h, box(f32)], D) == (f32, f16)  # a 0-d tensor promotes weakly
-    assert my_promote([i32, box(torch.float64)], D) == (torch.float64, torch.float64)
-    assert my_promote([b1, 3], D) == (i64, i64)
-    assert my_promote([i8, 3], D) == (torch.int8, torch.int8)  # so does a number
-    assert my_promote([b1, True], D) == (torch.bool, torch.bool)
-    assert my_promote([h, box(torch.bfloat16, 2, 3)], D) == (f32, f32)
-    assert my_promote([box(i64, 3), box(i64, 3)], Kind.INT_TO_FLOAT) == (f32, f32)
-    assert my_promote([h, 1], Kind.ALWAYS_BOOL) == (f32, torch.bool)
-    assert my_promote([h, 0.5], Kind.NO_OPMATH) == (f16, f16)
-    assert my_promote([b1, 2], Kind.BOOL_TO_LONG) == (i64, i64)
-    assert my_promote([i32, sympy.Symbol("s0")], D) == (torch.int32, torch.int32)
+    expect_promote([i8, u8], D, (torch.int16, torch.int16))
+    expect_promote([i32, 2.5], D, (f32, f32))
+    expect_promote([h, box(f32)], D, (f32, f16))  # a 0-d tensor promotes weakly
+    expect_promote([i32, box(torch.float64)], D, (torch.float64, torch.float64))
+    expect_promote([b1, 3], D, (i64, i64))
+    expect_promote([i8, 3], D, (torch.int8, torch.int8))  # so does a number
+    expect_promote([b1, True], D, (torch.bool, torch.bool))
+    expect_promote([h, box(torch.bfloat16, 2, 3)], D, (f32, f32))
+    expect_promote([box(i64, 3), box(i64, 3)], Kind.INT_TO_FLOAT, (f32, f32))
+    expect_promote([h, 1], Kind.ALWAYS_BOOL, (f32, torch.bool))
+    expect_promote([h, 0.5], Kind.NO_OPMATH, (f16, f16))
+    expect_promote([b1, 2], Kind.BOOL_TO_LONG, (i64, i64))
+    expect_promote([i32, sympy.Symbol("s0")], D, (torch.int32, torch.int32))
 
 
 def test_promotion_of_every_pair():
@@ -202,10 +222,10 @@ def test_promotion_of_every_pair():
     for a, b, kind in itertools.product(DTYPES, DTYPES, KINDS):
         for da, db in [(1, 1), (1, 0), (0, 1), (0, 0)]:
             args = [box(a, *[2] * da), box(b, *[3] * db)]
-            assert my_promote(args, kind) == promote(args, kind), (a, da, b, db, kind)
+            expect_promote(args, kind, promote(args, kind))
         for number in numbers:
             args = [box(a, 2), number]
-            assert my_promote(args, kind) == promote(args, kind), (a, number, kind)
+            expect_promote(args, kind, promote(args, kind))
 
 
 tensor = st.tuples(st.sampled_from(DTYPES), st.integers(0, 2))
@@ -223,7 +243,7 @@ argument = st.one_of(
 )
 def test_promotion_of_any_mix(first, rest, kind):
     args = [box(first, 4), *rest]
-    assert my_promote(args, kind) == promote(args, kind), (args, kind)
+    expect_promote(args, kind, promote(args, kind))
 
 
 # %% [markdown]
@@ -283,7 +303,8 @@ shape_lists = st.lists(st.integers(1, 4), max_size=4).flatmap(
 @given(shape_lists)
 def test_broadcast_shapes(shapes):
     got = my_broadcast_shapes(*[[sympy.Integer(n) for n in s] for s in shapes])
-    assert tuple(int(n) for n in got) == tuple(torch.broadcast_shapes(*shapes)), shapes
+    expected = tuple(torch.broadcast_shapes(*shapes))
+    expect(tuple(int(n) for n in got), expected, f"my_broadcast_shapes of {shapes}")
 
 
 def test_shapes_that_do_not_broadcast():
@@ -304,8 +325,9 @@ def test_broadcast_index():
         wide = t.expand(shape)
         for index in itertools.product(*map(range, shape)):
             read = broadcast_index(list(index), size, shape)
-            assert len(read) == len(size), (size, shape, read)
-            assert t[tuple(read)] == wide[index], (size, shape, index, read)
+            call = f"broadcast_index({list(index)}, {size}, {shape}) = {read}"
+            expect(len(read), len(size), f"length of {call}")
+            expect(int(t[tuple(read)]), int(wide[index]), f"the element read by {call}")
 
 
 # %% [markdown]
@@ -393,11 +415,11 @@ def check(fn, *args, kernels=1):
     with registered():
         out, graph = compile_once(fn, *args)
     want = fn(*args)
-    for got, expected in zip(out, want, strict=True):
-        assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+    for k, (got, expected) in enumerate(zip(out, want, strict=True)):
+        expect(got.dtype, expected.dtype, f"dtype of output {k}")
         torch.testing.assert_close(got, expected, equal_nan=True)
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == kernels, graph.kernel_names
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), kernels, f"kernels ({graph.kernel_names})")
     return graph
 
 
@@ -437,26 +459,80 @@ def test_half_precision():
     s = torch.tensor(3.0)  # 0-d float32: h * s stays float16
     graph = check(lambda h, g, s: (h * g + h, h * s + 1e-3, h / 3), h, g, s, kernels=2)
     # float16 is computed in float32, and converted back where eager rounds
-    assert "tl.float32" in graph.source
+    assert "tl.float32" in graph.source, f"no tl.float32 in:\n{graph.source}"
 
 
 # %% [markdown]
 # ## Run the checks
 #
 # Parts 1 and 2 run in a moment; part 3 compiles five small functions and runs their
-# kernels in Triton's interpreter (on a CPU).
+# kernels in Triton's interpreter (on a CPU). One check a cell; a failure says what
+# it compared.
+#
+# Part 1. Promotion, on cases written out:
 
 # %%
 test_promotion_cases()
+
+# %% [markdown]
+# Promotion of every pair of dtypes, every kind, with and without dimensions, and
+# with each kind of Python number, against `promote`:
+
+# %%
 test_promotion_of_every_pair()
+
+# %% [markdown]
+# Promotion of random mixes of up to four arguments, against `promote`:
+
+# %%
 test_promotion_of_any_mix()
+
+# %% [markdown]
+# Part 2. `my_broadcast_shapes` on random shapes that broadcast:
+
+# %%
 test_broadcast_shapes()
+
+# %% [markdown]
+# ... and `RuntimeError` on shapes that do not:
+
+# %%
 test_shapes_that_do_not_broadcast()
+
+# %% [markdown]
+# `broadcast_index` reads the element that `expand` shows at every position:
+
+# %%
 test_broadcast_index()
+
+# %% [markdown]
+# Part 3. `int8` with `uint8`: `int16`, no wrap-around:
+
+# %%
 test_integers_of_two_signs()
+
+# %% [markdown]
+# Python numbers and 0-d tensors promote weakly:
+
+# %%
 test_numbers_and_0d_tensors()
+
+# %% [markdown]
+# `int64 / int64` is a float32 division:
+
+# %%
 test_true_division_of_integers()
+
+# %% [markdown]
+# Booleans mixed with integers and numbers, and a comparison:
+
+# %%
 test_booleans_and_comparisons()
+
+# %% [markdown]
+# `float16` and `bfloat16`, computed in float32:
+
+# %%
 test_half_precision()
 
 # %% [markdown]

@@ -77,6 +77,11 @@ def registered(op, lowering):
         lowerings.update(saved)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # Today, both fall back:
 
@@ -172,17 +177,22 @@ def check(op, lowering, fn, *args, fallbacks=()):
     with registered(op, lowering):
         out, graph = compile_once(fn, *args)
     want = fn(*args)
-    assert out.dtype == want.dtype, (out.dtype, want.dtype)
+    expect(out.dtype, want.dtype, "dtype")
     torch.testing.assert_close(out, want)
-    assert graph.fallbacks == list(fallbacks), graph.fallbacks
+    expect(graph.fallbacks, list(fallbacks), "fallbacks")
     return graph
+
+
+def expect_kernel_loads_nothing(graph):
+    assert "tl.load" not in graph.source, f"a factory loads:\n{graph.source}"
 
 
 def test_eye_alone_loads_nothing():
     for fn in (lambda: torch.eye(5), lambda: torch.eye(4, 7), lambda: torch.eye(7, 3)):
         graph = check(aten.eye, lower_eye, fn)
-        assert len(graph.kernel_names) == 1
-        assert "tl.load" not in graph.source and "tl.store" in graph.source
+        expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
+        expect_kernel_loads_nothing(graph)
+        assert "tl.store" in graph.source, f"no tl.store in:\n{graph.source}"
 
 
 def test_eye_dtypes_and_fusion():
@@ -192,7 +202,7 @@ def test_eye_dtypes_and_fusion():
         return x * torch.eye(9, 5) + torch.eye(9, 5, dtype=torch.int64)
 
     graph = check(aten.eye, lower_eye, fn, x)
-    assert len(graph.kernel_names) == 1, graph.kernel_names
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
     check(aten.eye, lower_eye, lambda: torch.eye(6, dtype=torch.bool))
     check(aten.eye, lower_eye, lambda: torch.eye(1, 1, dtype=torch.float16))
     check(aten.eye, lower_eye, lambda: torch.eye(3, 8, dtype=torch.int32) * 7)
@@ -209,13 +219,14 @@ def test_logspace_values():
     ]
     for fn in cases:
         graph = check(aten.logspace, lower_logspace, fn)
-        assert "tl.load" not in graph.source
+        expect_kernel_loads_nothing(graph)
     # walking up all the way, start + 12 * step misses 9.1 by one float32 ulp, and
     # 10 ** 9.1 by 2e-6: the last element must be exactly base ** end
     for start, end, steps in ((-1.7, 9.1, 13), (0.1, 3.3, 11), (0.3, 7.3, 50)):
         with registered(aten.logspace, lower_logspace):
             out, _ = compile_once(lambda: torch.logspace(start, end, steps))
-        assert out[-1] == torch.logspace(start, end, steps)[-1], (start, end, steps)
+        last = torch.logspace(start, end, steps)[-1].item()
+        expect(out[-1].item(), last, f"last of logspace({start}, {end}, {steps})")
 
 
 def test_logspace_edges_and_fusion():
@@ -224,7 +235,7 @@ def test_logspace_edges_and_fusion():
     x = torch.randn(3, 16)
     fn = lambda x: x / torch.logspace(0, 1, 16)  # noqa: E731
     graph = check(aten.logspace, lower_logspace, fn, x)
-    assert len(graph.kernel_names) == 1
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
 
 
 def test_integer_logspace_is_declined():
@@ -238,12 +249,35 @@ def test_integer_logspace_is_declined():
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. `eye` alone, square and not:
+# one kernel that stores and loads nothing:
 
 # %%
 test_eye_alone_loads_nothing()
+
+# %% [markdown]
+# `eye` of several dtypes, fused into the kernel that uses it:
+
+# %%
 test_eye_dtypes_and_fusion()
+
+# %% [markdown]
+# `logspace` values, bases and dtypes, its last element exactly `base ** end`:
+
+# %%
 test_logspace_values()
+
+# %% [markdown]
+# `logspace` with 0 and 1 steps, and fused into a division:
+
+# %%
 test_logspace_edges_and_fusion()
+
+# %% [markdown]
+# An integer `logspace` is declined (it falls back); a float one is not:
+
+# %%
 test_integer_logspace_is_declined()
 
 # %% [markdown]

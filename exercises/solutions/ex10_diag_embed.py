@@ -79,6 +79,11 @@ def registered(op, lowering):
         lowerings.update(saved)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # What `diag_embed` computes, with an offset (the diagonal above the main one) and
 # with the new dimensions somewhere else than last:
@@ -143,21 +148,23 @@ def lower_diag_embed(x, offset=0, dim1=-2, dim2=-1):
 
 
 # %%
-def check(fn, *args):
+def check(fn, *args, case="diag_embed"):
     with registered(aten.diag_embed, lower_diag_embed):
         out, graph = compile_once(fn, *args)
     want = fn(*args)
-    assert out.shape == want.shape and out.dtype == want.dtype
-    torch.testing.assert_close(out, want)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(out.shape, want.shape, f"{case}: shape")
+    expect(out.dtype, want.dtype, f"{case}: dtype")
+    torch.testing.assert_close(out, want, msg=lambda m: f"{case}: {m}")
+    expect(graph.fallbacks, [], f"{case}: fallbacks")
     return graph
 
 
 def test_vector_and_offsets():
     x = torch.randn(5)
     for offset in (0, 1, 3, -1, -4):
-        graph = check(lambda x: torch.diag_embed(x, offset) * 3, x)
-        assert len(graph.kernel_names) == 1, graph.kernel_names
+        case = f"diag_embed(x, offset={offset}) * 3"
+        graph = check(lambda x: torch.diag_embed(x, offset) * 3, x, case=case)
+        expect(len(graph.kernel_names), 1, f"{case}: kernels ({graph.kernel_names})")
 
 
 def test_batches_and_dims():
@@ -165,7 +172,8 @@ def test_batches_and_dims():
     for offset, dim1, dim2 in (
         (0, 0, 1), (2, 0, 3), (-1, 3, 1), (1, -1, 0), (0, 1, -2), (-2, 2, 0),
     ):
-        check(lambda x: torch.diag_embed(x, offset, dim1, dim2), x)
+        case = f"diag_embed(x, {offset}, {dim1}, {dim2})"
+        check(lambda x: torch.diag_embed(x, offset, dim1, dim2), x, case=case)
 
 
 def test_strided_size_one_and_fused():
@@ -176,10 +184,14 @@ def test_strided_size_one_and_fused():
         return torch.diag_embed(x, offset=-1) + y
 
     graph = check(fn, x, y)
-    assert len(graph.kernel_names) == 1, graph.kernel_names
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
     # the read of x is clamped: Min(k, 5) prints as a selection between k and 5
-    (load_x,) = [line for line in graph.source.splitlines() if "in_ptr0 +" in line]
-    assert "(5) <= (x0)" in load_x, load_x
+    loads = [line for line in graph.source.splitlines() if "in_ptr0 +" in line]
+    expect(len(loads), 1, f"lines that read x ({loads})")
+    (load_x,) = loads
+    assert "(5) <= (x0)" in load_x, (
+        f"the read of x: got {load_x.strip()!r}, expected it clamped: '(5) <= (x0)'"
+    )
 
 
 def test_integers_and_booleans():
@@ -205,17 +217,40 @@ def test_gradient():
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(w.grad, w2.grad)
-    assert [g.fallbacks for g in graphs] == [[], []], [g.fallbacks for g in graphs]
+    expect([g.fallbacks for g in graphs], [[], []], "fallbacks (forward, backward)")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. A vector, with positive and
+# negative offsets, fused with a `* 3` into one kernel:
 
 # %%
 test_vector_and_offsets()
+
+# %% [markdown]
+# A batch, with the new dimensions in front, apart and in reverse order:
+
+# %%
 test_batches_and_dims()
+
+# %% [markdown]
+# A transposed input with a size-1 dimension, fused, its read clamped:
+
+# %%
 test_strided_size_one_and_fused()
+
+# %% [markdown]
+# Integers and booleans:
+
+# %%
 test_integers_and_booleans()
+
+# %% [markdown]
+# Through a backward pass, neither graph falling back:
+
+# %%
 test_gradient()
 
 # %% [markdown]

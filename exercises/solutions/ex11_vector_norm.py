@@ -85,6 +85,11 @@ def registered(op, lowering):
         lowerings.update(saved)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 def l1_similarity(a, b):
     return (F.normalize(a, p=1, dim=-1) * F.normalize(b, p=1, dim=-1)).sum(-1)
 
@@ -190,13 +195,14 @@ def lower_vector_norm(graph, x, ord=2, dim=None, keepdim=False, *, dtype=None):
 ORDS = [2, 1, inf, -inf, 0, 3, 0.5, -1, 2.5]
 
 
-def check(fn, *args, **tolerance):
+def check(fn, *args, case="the norm", **tolerance):
     with registered(aten.linalg_vector_norm, lower_vector_norm):
         out, graph = compile_once(fn, *args)
     want = fn(*args)
-    assert out.dtype == want.dtype and out.shape == want.shape
-    torch.testing.assert_close(out, want, **tolerance)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(out.dtype, want.dtype, f"{case}: dtype")
+    expect(out.shape, want.shape, f"{case}: shape")
+    torch.testing.assert_close(out, want, msg=lambda m: f"{case}: {m}", **tolerance)
+    expect(graph.fallbacks, [], f"{case}: fallbacks")
     return graph
 
 
@@ -210,36 +216,44 @@ def test_every_ord_over_rows_and_columns():
             def fn(x):
                 return torch.linalg.vector_norm(x, ord, dim, keepdim)
 
-            check(fn, x)
+            check(fn, x, case=f"vector_norm(x, {ord}, {dim}, {keepdim})")
 
 
 def test_strided_3d_and_size_one():
     x = torch.randn(5, 1, 9).transpose(0, 2)  # (9, 1, 5), not contiguous
     for ord in (2, -inf, 0, 3):
-        check(lambda x: torch.linalg.vector_norm(x, ord, (0, 2)) * 2, x)
-        check(lambda x: torch.linalg.vector_norm(x, ord, 1, True) + x, x)
+        case = f"vector_norm(x, {ord}, (0, 2)) * 2"
+        check(lambda x: torch.linalg.vector_norm(x, ord, (0, 2)) * 2, x, case=case)
+        case = f"vector_norm(x, {ord}, 1, True) + x"
+        check(lambda x: torch.linalg.vector_norm(x, ord, 1, True) + x, x, case=case)
 
 
 def test_float16_float64_and_dtype():
     h = torch.randn(4, 300, dtype=torch.float16) * 10
     for ord in (2, 1, inf, 3):
-        check(lambda h: torch.linalg.vector_norm(h, ord, -1), h)
+        case = f"float16 vector_norm(h, {ord}, -1)"
+        check(lambda h: torch.linalg.vector_norm(h, ord, -1), h, case=case)
     d = torch.randn(3, 17, dtype=torch.float64)
-    check(lambda d: torch.linalg.vector_norm(d, 2.5, 1), d)
+    case = "float64 vector_norm(d, 2.5, 1)"
+    check(lambda d: torch.linalg.vector_norm(d, 2.5, 1), d, case=case)
 
     def widened(h):
         return torch.linalg.vector_norm(h, 2, 1, dtype=torch.float32)
 
-    check(widened, h)
+    check(widened, h, case="vector_norm(h, 2, 1, dtype=torch.float32)")
 
 
 def test_l1_similarity_and_normalize():
     a, b = torch.randn(6, 33), torch.randn(6, 33)
-    graph = check(l1_similarity, a, b)
-    assert len(graph.kernel_names) == 1, graph.kernel_names  # norms, dot, divisions
-    assert "linalg_vector_norm" in graph.kernel_names[0], graph.kernel_names
+    graph = check(l1_similarity, a, b, case="l1_similarity")
+    # norms, dot, divisions
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
+    assert "linalg_vector_norm" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, "
+        f"expected one with 'linalg_vector_norm'"
+    )
     x = torch.randn(11, 7)
-    check(lambda x: F.normalize(x, p=3, dim=0), x)
+    check(lambda x: F.normalize(x, p=3, dim=0), x, case="normalize(x, p=3, dim=0)")
 
 
 def test_gradient_clipping_norm():
@@ -254,12 +268,35 @@ def test_gradient_clipping_norm():
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. Every `ord` over rows, columns,
+# both and everything, with a row of zeros:
 
 # %%
 test_every_ord_over_rows_and_columns()
+
+# %% [markdown]
+# A transposed 3-d input with a size-1 dimension:
+
+# %%
 test_strided_3d_and_size_one()
+
+# %% [markdown]
+# float16 (accumulated in float32), float64, and the `dtype` argument:
+
+# %%
 test_float16_float64_and_dtype()
+
+# %% [markdown]
+# The L1 similarity of the introduction in one kernel, and `F.normalize` with `p=3`:
+
+# %%
 test_l1_similarity_and_normalize()
+
+# %% [markdown]
+# The total norm of infinity-norm gradient clipping:
+
+# %%
 test_gradient_clipping_norm()
 
 # %% [markdown]

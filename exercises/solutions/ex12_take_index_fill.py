@@ -82,6 +82,16 @@ def registered(op, lowering, graph=False):
         lowerings.update(saved)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def expect_equal(got, expected, what):
+    """A check on tensors: the same shape and elements, exactly."""
+    assert torch.equal(got, expected), f"{what}: got\n{got}\nexpected\n{expected}"
+
+
 # %% [markdown]
 # Today both ops fall back: the wrapper calls ATen for them, and only the `* 2` and
 # the `+ 1` are kernels.
@@ -143,9 +153,11 @@ def test_take_fuses():
     with registered(aten.take, lower_take):
         out, graph = compile_once(fn, x, i)
     torch.testing.assert_close(out, fn(x, i))
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "take" in graph.kernel_names[0], graph.kernel_names
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
+    assert "take" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, expected one with 'take'"
+    )
 
 
 def test_take_strided_and_odd_shapes():
@@ -158,9 +170,9 @@ def test_take_strided_and_odd_shapes():
     with registered(aten.take, lower_take):
         out, graph = compile_once(fn, x, i, j)
     for got, want in zip(out, fn(x, i, j)):
-        assert got.shape == want.shape
+        expect(got.shape, want.shape, "shape")
         torch.testing.assert_close(got, want)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def test_take_integers():
@@ -168,9 +180,9 @@ def test_take_integers():
     i = torch.tensor([0, 15, -1, 7, 8])
     with registered(aten.take, lower_take):
         out, graph = compile_once(torch.take, x, i)
-    assert out.dtype == torch.int32
-    assert torch.equal(out, torch.take(x, i)), (out, torch.take(x, i))
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(out.dtype, torch.int32, "dtype")
+    expect_equal(out, torch.take(x, i), "take(x, i)")
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 # %% [markdown]
@@ -245,8 +257,10 @@ def test_index_fill_scalar():
     with registered(aten.index_fill, lower_index_fill, graph=True):
         out, graph = compile_once(fn, x, i)
     torch.testing.assert_close(out, fn(x, i))
-    assert graph.fallbacks == [], graph.fallbacks
-    assert any("index_fill" in name for name in graph.kernel_names), graph.kernel_names
+    expect(graph.fallbacks, [], "fallbacks")
+    assert any("index_fill" in name for name in graph.kernel_names), (
+        f"kernels: got {graph.kernel_names}, expected one with 'index_fill'"
+    )
 
 
 def test_index_fill_tensor_value_and_strides():
@@ -259,9 +273,9 @@ def test_index_fill_tensor_value_and_strides():
     with registered(aten.index_fill, lower_index_fill, graph=True):
         out, graph = compile_once(fn, x, i, v)
     for got, want in zip(out, fn(x, i, v)):
-        assert got.dtype == want.dtype
+        expect(got.dtype, want.dtype, "dtype")
         torch.testing.assert_close(got, want)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 def test_index_fill_0d_index_and_integers():
@@ -272,19 +286,47 @@ def test_index_fill_0d_index_and_integers():
     i = torch.tensor(-2)  # a 0-d index: one slice
     with registered(aten.index_fill, lower_index_fill, graph=True):
         out, graph = compile_once(fn, x, i)
-    assert torch.equal(out, fn(x, i)), (out, fn(x, i))
-    assert graph.fallbacks == [], graph.fallbacks
+    expect_equal(out, fn(x, i), "x.index_fill(2, i, 7) + 1")
+    expect(graph.fallbacks, [], "fallbacks")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. `take` with negative positions,
+# fused into one kernel named after it:
 
 # %%
 test_take_fuses()
+
+# %% [markdown]
+# `take` from a permuted input, with a 3-d and a 0-d index:
+
+# %%
 test_take_strided_and_odd_shapes()
+
+# %% [markdown]
+# `take` of integers from a slice:
+
+# %%
 test_take_integers()
+
+# %% [markdown]
+# `index_fill` with a number, repeated and negative positions, no fallback:
+
+# %%
 test_index_fill_scalar()
+
+# %% [markdown]
+# `index_fill` with a 0-d float64 tensor as the value, on a transposed input:
+
+# %%
 test_index_fill_tensor_value_and_strides()
+
+# %% [markdown]
+# `index_fill` with a 0-d index, on integers:
+
+# %%
 test_index_fill_0d_index_and_integers()
 
 # %% [markdown]

@@ -73,6 +73,11 @@ def registered(overload, lowering, graph=False):
             lowerings[overload] = saved
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %%
 M = N = 4096
 K, itemsize = 4, 4
@@ -177,10 +182,12 @@ def test_small_k_fuses():
     with registered(aten.mm.default, choose_mm, graph=True):
         out, graph = compile_once(fn, a, b, c)
     torch.testing.assert_close(out, fn(a, b, c))
-    assert extern_calls(graph) == [], extern_calls(graph)
-    assert graph.fallbacks == [], graph.fallbacks
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "mm" in graph.kernel_names[0], graph.kernel_names
+    expect(extern_calls(graph), [], "extern calls")
+    expect(graph.fallbacks, [], "fallbacks")
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
+    assert "mm" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, expected one with 'mm'"
+    )
 
 
 def test_awkward_layouts():
@@ -193,9 +200,9 @@ def test_awkward_layouts():
     with registered(aten.mm.default, choose_mm, graph=True):
         out, graph = compile_once(fn, a, b, v, w)
     for got, want in zip(out, fn(a, b, v, w)):
-        assert got.shape == want.shape
+        expect(got.shape, want.shape, "shape")
         torch.testing.assert_close(got, want)
-    assert extern_calls(graph) == [], extern_calls(graph)
+    expect(extern_calls(graph), [], "extern calls")
 
 
 def test_half_and_integers():
@@ -208,13 +215,14 @@ def test_half_and_integers():
     with registered(aten.mm.default, choose_mm, graph=True):
         out, graph = compile_once(fn, a, b, i, j)
     want = fn(a, b, i, j)
-    assert out[0].dtype == torch.float16 and out[1].dtype == torch.int64
+    dtypes = (out[0].dtype, out[1].dtype)
+    expect(dtypes, (torch.float16, torch.int64), "dtypes (float16 mm, int64 mm)")
     # the product rounded once to float16 (as cuBLAS rounds its float32 sum), then the
     # sum rounded once more, as eager rounds it: no error beyond those two roundings
     exact = ((a.double() @ b.double()).half().double() + 1).half()
     torch.testing.assert_close(out[0], exact)
-    assert torch.equal(out[1], want[1])
-    assert graph.fallbacks == [], graph.fallbacks  # the int64 mm fell back before
+    assert torch.equal(out[1], want[1]), f"i @ j: got\n{out[1]}\nexpected\n{want[1]}"
+    expect(graph.fallbacks, [], "fallbacks")  # the int64 mm fell back before
 
 
 def test_large_k_stays_extern():
@@ -227,18 +235,39 @@ def test_large_k_stays_extern():
         boundary, graph5 = compile_once(fn, a[:, :5], b[:5])
     torch.testing.assert_close(out, fn(a, b))
     torch.testing.assert_close(boundary, fn(a[:, :5], b[:5]))
-    assert len(extern_calls(graph)) == 1, graph.source
-    assert len(extern_calls(graph5)) == 1, graph5.source  # K = 5 > SMALL_K
-    assert len(graph.kernel_names) == 1, graph.kernel_names  # the relu alone
+    expect(len(extern_calls(graph)), 1, f"extern calls, K = 40, in\n{graph.source}\n")
+    # K = 5 > SMALL_K
+    expect(len(extern_calls(graph5)), 1, f"extern calls, K = 5, in\n{graph5.source}\n")
+    # the relu alone
+    expect(len(graph.kernel_names), 1, f"kernels for K = 40 ({graph.kernel_names})")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. With `K = 3`, no extern call and
+# one kernel, fused with the relu and the product:
 
 # %%
 test_small_k_fuses()
+
+# %% [markdown]
+# Strided and transposed inputs, an outer product, a `(1, 4) @ (4, 1)`:
+
+# %%
 test_awkward_layouts()
+
+# %% [markdown]
+# float16 accumulated in float32 and rounded once, and an int64 matmul that no longer
+# falls back:
+
+# %%
 test_half_and_integers()
+
+# %% [markdown]
+# `K = 40` and `K = 5` keep the extern call:
+
+# %%
 test_large_k_stays_extern()
 
 # %% [markdown]

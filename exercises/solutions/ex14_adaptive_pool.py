@@ -76,6 +76,11 @@ def registered(overload, lowering):
             lowerings[overload] = saved
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %%
 batch, channels, side = 64, 512, 6
 relu_out = batch * channels * side * side * 4  # float32, written by the ReLU kernel
@@ -196,40 +201,56 @@ def test_window_bounds():
         bounds = (window_bounds(sympy.Integer(o), n, out) for o in range(out))
         return [(int(s), int(e)) for s, e in bounds]
 
-    assert windows(6, 7) == [(0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 6)]
-    assert windows(7, 3) == [(0, 3), (2, 5), (4, 7)]
-    assert windows(10, 4) == [(0, 3), (2, 5), (5, 8), (7, 10)]
-    assert windows(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
-    assert largest_window(6, 7) == 2 and largest_window(10, 4) == 3
+    expected = [(0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 6)]
+    expect(windows(6, 7), expected, "windows of 6 pooled to 7")
+    expect(windows(7, 3), [(0, 3), (2, 5), (4, 7)], "windows of 7 pooled to 3")
+    expected = [(0, 3), (2, 5), (5, 8), (7, 10)]
+    expect(windows(10, 4), expected, "windows of 10 pooled to 4")
+    expected = [(0, 2), (2, 4), (4, 6), (6, 8)]
+    expect(windows(8, 4), expected, "windows of 8 pooled to 4")
+    expect(largest_window(6, 7), 2, "largest_window(6, 7)")
+    expect(largest_window(10, 4), 3, "largest_window(10, 4)")
 
 
-def check(fn, *args, atol=None, rtol=None):
+def check(fn, *args, atol=None, rtol=None, case="the pool"):
     with registered(aten._adaptive_avg_pool2d.default, lower_adaptive_avg_pool2d):
         out, graph = compile_once(fn, *args)
     want = fn(*args)
-    assert out.shape == want.shape and out.dtype == want.dtype
-    torch.testing.assert_close(out, want, atol=atol, rtol=rtol)
-    assert graph.fallbacks == [], graph.fallbacks
+    expect(out.shape, want.shape, f"{case}: shape")
+    expect(out.dtype, want.dtype, f"{case}: dtype")
+    torch.testing.assert_close(
+        out, want, atol=atol, rtol=rtol, msg=lambda m: f"{case}: {m}"
+    )
+    expect(graph.fallbacks, [], f"{case}: fallbacks")
     return graph
 
 
 def test_overlapping_windows_fuse():
     graph = check(lambda x: F.adaptive_avg_pool2d(torch.relu(x), 7), x)
-    assert len(graph.kernel_names) == 1, graph.kernel_names
-    assert "adaptive_avg_pool2d" in graph.kernel_names[0], graph.kernel_names
+    expect(len(graph.kernel_names), 1, f"kernels ({graph.kernel_names})")
+    assert "adaptive_avg_pool2d" in graph.kernel_names[0], (
+        f"kernel name: got {graph.kernel_names[0]!r}, "
+        f"expected one with 'adaptive_avg_pool2d'"
+    )
 
 
 def test_uneven_shapes():
     x = torch.randn(2, 3, 10, 7)
-    check(lambda x: F.adaptive_avg_pool2d(x, (4, 3)), x)  # windows of 2 and 3
-    check(lambda x: F.adaptive_avg_pool2d(x, (3, 7)) * 2, x)  # an identity along W
-    check(lambda x: F.adaptive_avg_pool2d(x, (1, 5)), x[:, :, :, 1:])  # a slice
+    # windows of 2 and 3
+    check(lambda x: F.adaptive_avg_pool2d(x, (4, 3)), x, case="(10, 7) to (4, 3)")
+    # an identity along W
+    fn = lambda x: F.adaptive_avg_pool2d(x, (3, 7)) * 2  # noqa: E731
+    check(fn, x, case="(10, 7) to (3, 7), times 2")
+    # a slice
+    fn = lambda x: F.adaptive_avg_pool2d(x, (1, 5))  # noqa: E731
+    check(fn, x[:, :, :, 1:], case="a (10, 6) slice to (1, 5)")
 
 
 def test_channels_last_and_3d():
     x = torch.randn(2, 5, 9, 11).to(memory_format=torch.channels_last)
-    check(lambda x: F.adaptive_avg_pool2d(x, (4, 6)), x)
-    check(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), torch.randn(3, 5, 7))  # (C, H, W)
+    check(lambda x: F.adaptive_avg_pool2d(x, (4, 6)), x, case="channels last")
+    fn = lambda x: F.adaptive_avg_pool2d(x, (2, 3))  # noqa: E731
+    check(fn, torch.randn(3, 5, 7), case="a 3-d (C, H, W) input")
 
 
 def test_float16():
@@ -239,12 +260,35 @@ def test_float16():
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. The windows, overlapping and
+# not, and the largest one:
 
 # %%
 test_window_bounds()
+
+# %% [markdown]
+# Windows that overlap, with the ReLU before the pool in the same kernel:
+
+# %%
 test_overlapping_windows_fuse()
+
+# %% [markdown]
+# Uneven windows that do not overlap, an identity along one dimension, a slice:
+
+# %%
 test_uneven_shapes()
+
+# %% [markdown]
+# A channels-last input and a 3-d one:
+
+# %%
 test_channels_last_and_3d()
+
+# %% [markdown]
+# float16, accumulated in float32:
+
+# %%
 test_float16()
 
 # %% [markdown]

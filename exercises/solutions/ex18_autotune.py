@@ -62,6 +62,11 @@ def measure_ms(run, blocks):
     return benchmark(run, times=1, repeat=3)
 
 
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected`."""
+    assert got == expected, f"{what}: got {got!r}, expected {expected!r}"
+
+
 # %% [markdown]
 # A compiled graph's module is an ordinary Python module. Each launch line of its
 # `call` names a `CallSite`, defined at the module's top with the kernel's sizes and
@@ -174,9 +179,13 @@ def test_tunes_once_then_hits():
     for _ in range(2):
         for got, want in zip(compiled(x), fn(x)):
             torch.testing.assert_close(got, want)
-    assert (tuner.misses, tuner.hits) == (n, n), (tuner.misses, tuner.hits)
-    assert all(len(t) == 3 for t in tuner.timings.values()), tuner.timings
-    assert all(t > 0 for times in tuner.timings.values() for t in times.values())
+    expect((tuner.misses, tuner.hits), (n, n), f"(misses, hits) over {n} kernels")
+    assert all(len(t) == 3 for t in tuner.timings.values()), (
+        f"timings: got {tuner.timings}, expected 3 candidates timed per kernel"
+    )
+    assert all(t > 0 for times in tuner.timings.values() for t in times.values()), (
+        f"timings: got {tuner.timings}, expected every time > 0"
+    )
 
 
 def test_picks_the_fastest():
@@ -191,8 +200,9 @@ def test_picks_the_fastest():
     tuner = Autotuner(measure=fake)
     compiled, _ = tuned(fn, tuner, x)
     torch.testing.assert_close(compiled(x), fn(x))
-    assert list(tuner.best.values()) == [64], tuner.best
-    assert list(tuner.timings.values()) == [{16: 3.0, 64: 1.0, 256: 2.0}]
+    expect(list(tuner.best.values()), [64], "best XBLOCKs")
+    timings = list(tuner.timings.values())
+    expect(timings, [{16: 3.0, 64: 1.0, 256: 2.0}], "timings")
 
 
 def test_in_place_input_survives_tuning():
@@ -205,7 +215,7 @@ def test_in_place_input_survives_tuning():
     compiled, _ = tuned(fn, tuner, x.clone(), y)
     got_x, want_x = x.clone(), x.clone()
     out, want = compiled(got_x, y), fn(want_x, y)
-    assert tuner.misses >= 1, "the tuner never ran"
+    assert tuner.misses >= 1, f"the tuner never ran: got {tuner.misses} misses"
     torch.testing.assert_close(got_x, want_x)  # updated once, not four times
     torch.testing.assert_close(out, want)
 
@@ -218,18 +228,36 @@ def test_atomic_add_survives_tuning():
     i = torch.tensor([0, 6, 3, 0, 0, 2, 6, 1, 3, 5, 4])
     tuner = Autotuner()
     compiled, graph = tuned(fn, tuner, x, i, v)
-    assert "atomic_add" in graph.source
+    assert "atomic_add" in graph.source, f"no atomic_add in:\n{graph.source}"
     torch.testing.assert_close(compiled(x, i, v), fn(x, i, v))
-    assert tuner.misses == len(graph.kernel_names), tuner.misses
+    expect(tuner.misses, len(graph.kernel_names), "misses (one per kernel)")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. Eager's results; each kernel
+# tuned at the first call (a miss) and not at the second (a hit):
 
 # %%
 test_tunes_once_then_hits()
+
+# %% [markdown]
+# With a timer that says which candidate is fastest, the tuner picks it:
+
+# %%
 test_picks_the_fastest()
+
+# %% [markdown]
+# An input updated in place is updated once, not once per trial:
+
+# %%
 test_in_place_input_survives_tuning()
+
+# %% [markdown]
+# An atomic add into an output adds once:
+
+# %%
 test_atomic_add_survives_tuning()
 
 # %% [markdown]

@@ -49,8 +49,15 @@ def report_of(fn, *args) -> GraphReport:
     torch._dynamo.reset()
     with contextlib.redirect_stdout(io.StringIO()):  # explain prints; keep it quiet
         result = explain(fn, *args)
-    assert len(result.graphs) == 1, "these examples have one graph each"
+    n = len(result.graphs)
+    assert n == 1, f"graphs: got {n}, expected 1 (these examples have one graph each)"
     return result.graphs[0]
+
+
+def expect(got, expected, what):
+    """A check: fail with both values when `got != expected` (`is`, for None)."""
+    ok = got is None if expected is None else got == expected
+    assert ok, f"{what}: got {got!r}, expected {expected!r}"
 
 
 # %% [markdown]
@@ -98,8 +105,11 @@ def why_not_fused(report: GraphReport, a: str, b: str) -> str | None:
 # %%
 def test_ops_in_one_kernel_fused():
     report = report_of(lambda x: (x.exp() * 2).sum(1), torch.randn(6, 10))
-    assert kernel_with(report, "exp") is kernel_with(report, "sum")
-    assert why_not_fused(report, "exp", "mul") is None
+    k_exp, k_sum = kernel_with(report, "exp"), kernel_with(report, "sum")
+    assert k_exp is k_sum, (
+        f"kernels of exp and sum: got {k_exp.name} and {k_sum.name}, expected one"
+    )
+    expect(why_not_fused(report, "exp", "mul"), None, "why_not_fused(exp, mul)")
 
 
 def test_two_reductions_over_different_dimensions():
@@ -107,10 +117,13 @@ def test_two_reductions_over_different_dimensions():
         return (x.exp() * 2).sum(0), x.cos().amax(1)
 
     report = report_of(f, torch.randn(6, 10))
-    assert kernel_with(report, "exp") is not kernel_with(report, "cos")
+    k_exp, k_cos = kernel_with(report, "exp"), kernel_with(report, "cos")
+    assert k_exp is not k_cos, (
+        f"kernels of exp and cos: got {k_exp.name} for both, expected two"
+    )
     why = why_not_fused(report, "mul", "amax")
-    assert why == "different numel: 10x6 vs 6x10", why
-    assert why_not_fused(report, "amax", "exp") == why
+    expect(why, "different numel: 10x6 vs 6x10", "why_not_fused(mul, amax)")
+    expect(why_not_fused(report, "amax", "exp"), why, "why_not_fused(amax, exp)")
 
 
 def test_kernels_that_share_nothing_were_never_compared():
@@ -119,7 +132,8 @@ def test_kernels_that_share_nothing_were_never_compared():
 
     report = report_of(f, torch.randn(8), torch.randn(5))
     why = why_not_fused(report, "sin", "cos")
-    assert why == "never considered: they share no buffer", why
+    expected = "never considered: they share no buffer"
+    expect(why, expected, "why_not_fused(sin, cos)")
 
 
 def test_an_ambiguous_op_is_an_error():
@@ -127,18 +141,38 @@ def test_an_ambiguous_op_is_an_error():
     try:
         kernel_with(report, "sum")
     except ValueError as e:
-        assert "sum is in 4 kernels" in str(e), e
+        assert "sum is in 4 kernels" in str(e), (
+            f"the error: got {str(e)!r}, expected one with 'sum is in 4 kernels'"
+        )
     else:
         raise AssertionError("four kernels hold a sum: which one was meant?")
 
 
 # %% [markdown]
 # ## Run the checks
+#
+# One check a cell; a failure says what it compared. Ops in one kernel:
+# `why_not_fused` is `None`:
 
 # %%
 test_ops_in_one_kernel_fused()
+
+# %% [markdown]
+# Two reductions over different dimensions: the scheduler's reason, either order:
+
+# %%
 test_two_reductions_over_different_dimensions()
+
+# %% [markdown]
+# Kernels that share no buffer were never compared:
+
+# %%
 test_kernels_that_share_nothing_were_never_compared()
+
+# %% [markdown]
+# An op in several kernels is a `ValueError` that says how many:
+
+# %%
 test_an_ambiguous_op_is_an_error()
 
 # %% [markdown]
