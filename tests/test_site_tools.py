@@ -157,3 +157,13 @@ def test_site_check_counts_svgs_in_mermaid_shadow_roots():
     root = {"nodeName": "#document", "children": [drawn, raw, other]}
     assert site_check.mermaid_svgs(root) == 1
     assert site_check.mermaid_svgs({"nodeName": "#document", "children": [raw]}) == 0
+
+
+def test_site_check_opens_every_page_with_a_diagram(tmp_path):
+    (tmp_path / "index.md").write_text("# Preface\n\n```mermaid\nflowchart TB\n```\n")
+    (tmp_path / "05_ir.md").write_text("```mermaid\na\n```\n\ntext\n\n  ```mermaid\nb\n```\n")
+    (tmp_path / "06_lowering.md").write_text("```python\nx = '```mermaid'\n```\n")
+    (tmp_path / "notes.txt").write_text("```mermaid\n")
+    assert site_check.diagrams(str(tmp_path)) == [("05_ir/", 2), ("", 1)]
+    real = dict(site_check.diagrams())
+    assert real.get("", 0) >= 1  # the preface's pipeline
