@@ -67,6 +67,7 @@ class Config:
     # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 22)
     debug_dir: str = ""
 
+
     @contextlib.contextmanager
     def patch(self, changes: dict[str, Any]) -> Iterator[None]:
         """These settings inside the block, the old ones restored after it."""

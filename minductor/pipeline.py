@@ -49,6 +49,7 @@ class Stage:
         del self._passes[key]
         self._order = None
 
+
     @contextlib.contextmanager
     def using(self, fn: Any, *, chapter=None, name=None) -> Iterator[Any]:
         """Register fn for the block, then put back what its name held before."""
