@@ -175,6 +175,7 @@ class SchedulerNode(BaseSchedulerNode):
             reads |= {StarDep(node.target.name)}
         return dataclasses.replace(bare, reads=reads, writes=deps(recorder.stores))
 
+
     def run_body(self) -> None:
         """Run the body under the current handler, with this node's variables."""
         _run_body(self.node, self.index_vars, self.rindex_vars)
@@ -413,6 +414,7 @@ class Scheduler:
             return SchedulerNode.create(buf)
         return ExternKernelSchedulerNode.create(buf)
 
+
     def can_fuse(self, a: BaseSchedulerNode, b: BaseSchedulerNode) -> tuple[bool, str]:
         for node in (a, b):
             if node.is_extern():
@@ -636,6 +638,7 @@ class Scheduler:
             fused_any = True
         self.nodes = self._topological_sort(self.nodes)
         return fused_any
+
 
     def _kept_alive(self, a, b, index: dict[str, int], last_read: dict[str, int]):
         """Bytes that fusing a and b frees later: the inputs the earlier of the two is
