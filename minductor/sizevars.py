@@ -286,6 +286,7 @@ class SizeVarAllocator:
         }[type(relation)]
         return check()
 
+
     def _known_nonneg(self, expr, var_ranges=None) -> bool:
         """expr >= 0 wherever the ranges allow; False when unsure."""
         expr = sympy.expand(sympy.sympify(expr))
@@ -359,6 +360,7 @@ class SizeVarAllocator:
         sizevars = cls({s: int(h) for s, h in hints.items()}, ranges)
         sizevars.shape_env = shape_env
         return sizevars
+
 
     # Dynamo's sympy functions, by name, and the ones of ours (or sympy's) they mean
     DYNAMO_FUNCTIONS = {
