@@ -229,6 +229,7 @@ class CUDAGraphPool:
             "one step calls it twice: see torch.compiler.cudagraph_mark_step_begin)"
         )
 
+
     def replaying(self, index: int) -> None:
         """A replay begins: outputs of earlier steps become errors to touch."""
         kept, gone = [], 0
@@ -386,6 +387,7 @@ class CUDAGraphed:
         finally:
             self.pool.end_call(self.kind)
 
+
     def _static(self, args: list[Any]) -> frozenset[int]:
         if not self.if_stable:
             return self.static
@@ -421,6 +423,7 @@ class CUDAGraphed:
             if x.dtype != p.dtype or x.size() != p.size() or x.stride() != p.stride():
                 return False
         return True
+
 
     def _run(self, args: list[Any]) -> Any:
         sizes = tuple(args[i] for i in self.scalar_at)
@@ -463,6 +466,7 @@ class CUDAGraphed:
                 "inputs freed", self.name, len(dead),
             )
 
+
     def _replay(self, recording: Recording, args: list[Any]) -> Any:
         if why := self.pool.why_not_replay(recording.index):
             return self._plain(args, why)
@@ -486,6 +490,7 @@ class CUDAGraphed:
                 offset = x.storage_offset() + out.storage_offset()
                 outputs[n] = x.as_strided(out.size(), out.stride(), offset)
         return outputs
+
 
     def _record(
         self, args: list[Any], static: frozenset[int]
