@@ -100,6 +100,8 @@ GPT2_SETTINGS = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=
 BERT_SETTINGS = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 T5_SETTINGS = dict(dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
 T5_SETTINGS.update(use_cache=False)
+
+
 MODELS = [
     ModelSpec(
         "gpt2",
@@ -167,6 +169,8 @@ MODELS = [
         TINY,
     ),
 ]
+
+
 MODELS += [
     ModelSpec(name, "torchvision", torchvision_model(name, **kw), vision, *SIZES)
     for name, kw in [
