@@ -32,7 +32,7 @@ import time
 
 # (path under the site, number of Mermaid diagrams that must render as SVG): a chapter
 # and a notebook page with none, and every page whose source has a diagram (diagrams)
-PAGES = [("01_capture/", 0), ("exercises/ex01_lowering/", 0)]
+PAGES = [("02_decompositions/", 0), ("exercises/ex01_lowering/", 0)]
 CHAPTERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "chapters")
 
 
