@@ -19,6 +19,7 @@ from minductor.ir import (
     MutationBuffer,
     TensorBox,
 )
+from minductor.sizevars import NoHint
 from minductor.wrapper import (
     AllocateLine,
     ConcatLine,
@@ -129,7 +130,7 @@ def nbytes(layout: FixedLayout, sizevars) -> int:
     if not elements.is_Integer:
         try:
             elements = sizevars.size_hint(elements)
-        except NotImplementedError:  # a size that depends on the data
+        except NoHint:  # a size that depends on the data (chapter 4)
             return -1
     return int(elements) * layout.dtype.itemsize
 
