@@ -18,7 +18,7 @@ from minductor import (  # noqa: E402, F401
     pointwise,  # ch. 7: broadcasting, type promotion, the elementwise ops
     factories,  # ch. 8: full/zeros/*_like, copies, conversions, arange, rand
     views,  # ch. 9: views, reshape, flip/roll/repeat, pad, slice scatters, cat
-    reductions,  # ch. 10: sum ... var_mean, split reductions, nll_loss, scans
+    reductions,  # ch. 10: sum ... var_mean, softmax statistics, nll_loss, scans
     indexing,  # ch. 11: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 12: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 13: batch norm in training, its backward, pooling

@@ -80,29 +80,6 @@ def _shape_env(example_inputs: Sequence[Any]):
     return None
 
 
-def _user_visible(user_outputs: int | None) -> range | None:
-    """The outputs of a training forward that its caller sees: AOTAutograd returns the
-    inputs it mutated first, then the model's outputs, then what the backward saves."""
-    if user_outputs is None:
-        return None  # every output: an inference graph, or a backward
-    context = torch._guards.TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
-    start = meta.num_mutated_inp_runtime_indices if meta is not None else 0
-    return range(start, start + user_outputs)
-
-
-def _report_strides(graph: GraphLowering) -> None:
-    """Tell AOTAutograd the outputs' strides: it compiles the backward for them."""
-    context = torch._guards.TracingContext.try_get()
-    reported = getattr(context, "output_strides", None)
-    if reported is None:  # not compiling a forward
-        return
-    for out in graph.graph_outputs:
-        stride = getattr(getattr(out, "layout", None), "stride", None)
-        static = stride is not None and all(s.is_Integer for s in stride)
-        reported.append(tuple(int(s) for s in stride) if static else None)
-
-
 def compile_fx(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -256,6 +233,36 @@ def minductor_backend(
         return gm.forward
 
 
+def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
+    """Run fn (typically a torch.compile'd function); return the generated modules."""
+    with record_compiled() as found:
+        result = fn(*args, **kwargs)
+    return result, [c.source for c in found]
+
+
+def _user_visible(user_outputs: int | None) -> range | None:
+    """The outputs of a training forward that its caller sees: AOTAutograd returns the
+    inputs it mutated first, then the model's outputs, then what the backward saves."""
+    if user_outputs is None:
+        return None  # every output: an inference graph, or a backward
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    start = meta.num_mutated_inp_runtime_indices if meta is not None else 0
+    return range(start, start + user_outputs)
+
+
+def _report_strides(graph: GraphLowering) -> None:
+    """Tell AOTAutograd the outputs' strides: it compiles the backward for them."""
+    context = torch._guards.TracingContext.try_get()
+    reported = getattr(context, "output_strides", None)
+    if reported is None:  # not compiling a forward
+        return
+    for out in graph.graph_outputs:
+        stride = getattr(getattr(out, "layout", None), "stride", None)
+        static = stride is not None and all(s.is_Integer for s in stride)
+        reported.append(tuple(int(s) for s in stride) if static else None)
+
+
 def _raised_in_torch(error: BaseException) -> bool:
     """Whether error came from PyTorch's own tracing: raised in PyTorch's code, and no
     frame below the backend's is one of ours (the compilers, the lowerings)."""
@@ -268,10 +275,3 @@ def _raised_in_torch(error: BaseException) -> bool:
         and files[-1].startswith(theirs)
         and not any(f.startswith(ours) for f in files)
     )
-
-
-def run_and_get_code(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """Run fn (typically a torch.compile'd function); return the generated modules."""
-    with record_compiled() as found:
-        result = fn(*args, **kwargs)
-    return result, [c.source for c in found]

@@ -1,4 +1,4 @@
-# generated from chapters/01_capture.md — edit there
+# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md — edit there
 
 from __future__ import annotations
 
@@ -23,48 +23,48 @@ def _default_cache_dir() -> str:
 class Config:
     # 1: log fallbacks and fusion decisions; 2: also print IR and generated modules
     debug: int = int(os.environ.get("MINDUCTOR_DEBUG", "0"))
-    # realize a value read by several consumers if its body is bigger than this (ch. 6)
+    # where generated modules are written (chapter 19 loads them from there)
+    cache_dir: str = field(default_factory=_default_cache_dir)
+    # realize a value read by several consumers if its body is bigger than this
     realize_reads_threshold: int = 4
+    # ...or if its body performs more than this many ops
     realize_opcount_threshold: int = 30
-    # realize any value whose inlined body would exceed this many ops (ch. 6)
+    # realize any value whose inlined body would exceed this many ops
     inline_opcount_limit: int = 200
+    # a softmax's maximum and sum of exps in one pass over each row
+    online_softmax: bool = True
+    # reductions over at most this many elements keep a whole row in registers
+    persistent_reduction_limit: int = 4096
+    # a scatter into an input that the graph copies back writes the input in place
+    reinplace_inplaceable_ops: bool = True
+    # run a graph's convolutions channels-last where that gains
+    layout_optimization: bool = True
+    # a reduction over a dimension that is not contiguous keeps a whole row in registers
+    # only up to this many elements
+    outer_persistent_limit: int = 64
+    # the most scheduler nodes one fused kernel may hold
+    max_fusion_size: int = 64
     # refuse a fusion that holds more bytes alive longer than this times what it saves
     fusion_memory_factor: int = 32
-    # largest block a pointwise kernel uses (ch. 15)
+    # check every indirect index (gather, x[idx], scatter) with a device assert
+    debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
+    # largest block a pointwise kernel uses
     max_xblock: int = 1024
     # a kernel writes an output over an input that dies in it, where that is safe
-    # (ch. 15, 17)
     inplace_buffers: bool = True
-    # reductions over at most this many elements keep a whole row in registers (ch. 16)
-    persistent_reduction_limit: int = 4096
-    # ...but only this many when the reduced dimension is not contiguous (ch. 14)
-    outer_persistent_limit: int = 64
-    # the most scheduler nodes one fused kernel may hold (ch. 14)
-    max_fusion_size: int = 64
-    # a softmax's maximum and sum of exps in one pass over each row (ch. 10)
-    online_softmax: bool = True
-    # a scatter into an input that the graph copies back writes the input in place
-    # (ch. 11)
-    reinplace_inplaceable_ops: bool = True
-    # run a graph's convolutions channels-last where that gains (ch. 13)
-    layout_optimization: bool = True
-    # check every indirect index (gather, x[idx], scatter) with a device assert (ch. 15)
-    debug_indexing: bool = os.environ.get("MINDUCTOR_DEBUG_INDEXING", "0") == "1"
-    # where generated modules are written (ch. 19)
-    cache_dir: str = field(default_factory=_default_cache_dir)
-    # time a few block sizes per kernel on the GPU, keep the fastest (ch. 19)
-    max_autotune: bool = False
     # threads that compile a graph's kernels before its first call; 1: each kernel
-    # compiles at its first launch instead (ch. 19)
+    # compiles at its first launch instead
     compile_threads: int = min(8, os.cpu_count() or 1)
-    # record compiled graphs on the GPU as CUDA graphs and replay them (ch. 20)
-    cudagraphs: bool = False
-    # most recordings of a graph (one per input shape) before plain launches (ch. 20)
+    # time a few block sizes per kernel on the GPU, keep the fastest
+    max_autotune: bool = False
+    # most recordings of a graph (one per input shape) before plain launches
     cudagraph_max_recordings: int = 8
-    # split a graph around ops a CUDA graph cannot hold and record the rest (ch. 21)
+    # record compiled graphs on the GPU as CUDA graphs and replay them
+    cudagraphs: bool = False
+    # split a graph around ops a CUDA graph cannot hold and record the rest
     cudagraph_split: bool = True
     # a debug folder per compiled graph under this one; "" writes none unless
-    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's (ch. 22)
+    # TORCH_COMPILE_DEBUG=1, which picks Dynamo's
     debug_dir: str = ""
 
 

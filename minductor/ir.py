@@ -1,4 +1,4 @@
-# generated from chapters/05_ir.md — edit there
+# generated from chapters/05_ir.md, chapters/10_reductions.md, chapters/11_indexing.md — edit there
 
 from __future__ import annotations
 
@@ -150,9 +150,7 @@ class Pointwise(Loops):
         )
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford_reduce",
-                   "online_softmax_reduce")  # fmt: skip
-SEVERAL_RESULTS = ("welford_reduce", "online_softmax_reduce")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,31 +192,6 @@ class Reduction(Loops):
         if self.dtype != self.result_dtype():
             value = ops.to_dtype(value, self.dtype)
         ops.store_reduction(name, indexer(index), value)
-
-
-@dataclass(frozen=True, eq=False)
-class Scan(Reduction):
-    dim: int = 0  # where the scanned dimension sits in the output
-
-    def get_size(self):
-        return self.full_index(self.ranges, self.reduction_ranges)
-
-    def full_index(self, index: Index, rindex: Index) -> tuple[sympy.Expr, ...]:
-        return (*index[: self.dim], *rindex, *index[self.dim :])
-
-    def store_reduction(self, name: str, indexer, index: Index, rindex: Index) -> None:
-        body = self.inner_fn(index, rindex)
-        value = ops.scan(self.src_dtype, self.reduction_type, body)
-        if self.dtype != self.src_dtype:
-            value = ops.to_dtype(value, self.dtype)
-        ops.store(name, indexer(self.full_index(index, rindex)), value)
-
-    def __repr__(self) -> str:
-        return (
-            f"Scan({self.device.type}, {_short(self.dtype)}, {self.reduction_type}, "
-            f"size={_ints(self.get_size())}, dim={self.dim}, "
-            f"origins={sorted(self.origins)})"
-        )
 
 
 class LaidOut(IRNode):
@@ -529,6 +502,35 @@ def origin_nodes_of(value: Any) -> frozenset[torch.fx.Node]:
     if isinstance(data, (Loops, ReinterpretView)):
         return data.origin_nodes
     return frozenset()
+
+
+REDUCTION_TYPES = (*REDUCTION_TYPES, "welford_reduce", "online_softmax_reduce")
+SEVERAL_RESULTS = ("welford_reduce", "online_softmax_reduce")  # one node per result
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Reduction):
+    dim: int = 0  # where the scanned dimension sits in the output
+
+    def get_size(self):
+        return self.full_index(self.ranges, self.reduction_ranges)
+
+    def full_index(self, index: Index, rindex: Index) -> tuple[sympy.Expr, ...]:
+        return (*index[: self.dim], *rindex, *index[self.dim :])
+
+    def store_reduction(self, name: str, indexer, index: Index, rindex: Index) -> None:
+        body = self.inner_fn(index, rindex)
+        value = ops.scan(self.src_dtype, self.reduction_type, body)
+        if self.dtype != self.src_dtype:
+            value = ops.to_dtype(value, self.dtype)
+        ops.store(name, indexer(self.full_index(index, rindex)), value)
+
+    def __repr__(self) -> str:
+        return (
+            f"Scan({self.device.type}, {_short(self.dtype)}, {self.reduction_type}, "
+            f"size={_ints(self.get_size())}, dim={self.dim}, "
+            f"origins={sorted(self.origins)})"
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -157,10 +157,15 @@ def first_position(x, position, best):
 
 @triton.jit
 def logaddexp(a, b):
-    top = maximum(a, b)
-    bottom = minimum(a, b)
+    # chapter 15's maximum, minimum and log1p, inlined: NaN wins, small x is careful
+    top = tl.where((a > b) | (a != a), a, b)
+    bottom = tl.where((a < b) | (a != a), a, b)
+    x = tl.exp(bottom - top)
+    u = 1.0 + x
+    careful = tl.where(u == 1.0, x, tl.log(u) * x / (u - 1.0))
+    tail = tl.where((u == float("inf")) | (tl.abs(x) >= 0.5), tl.log(u), careful)
     same_infinity = (top == bottom) & (tl.abs(top) == float("inf"))
-    return tl.where(same_infinity, top, top + log1p(tl.exp(bottom - top)))
+    return tl.where(same_infinity, top, top + tail)
 
 
 @triton.jit
