@@ -215,6 +215,7 @@ def test_without_cuda_it_says_so_and_fails():
     assert "measures on a CUDA GPU and found none" in result.stderr
 
 
+@pytest.mark.slow
 def test_plot_works_without_cuda(tmp_path):
     data, out = tmp_path / "run.json", tmp_path / "run.svg"
     data.write_text(sample_run().to_json())

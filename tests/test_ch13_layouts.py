@@ -156,10 +156,19 @@ BLOCKS = {
 }
 
 
+def _block_cases():
+    """Every block, mode and input layout; a block trained from NCHW and run in eval
+    from channels-last input in `make test`, its other two pairs marked slow."""
+    for block in BLOCKS:
+        for mode in ("train", "eval"):
+            for layout in ("nchw", "channels_last"):
+                slow = (mode == "train") != (layout == "nchw")
+                marks = [pytest.mark.slow] if slow else []
+                yield pytest.param(block, mode, layout, marks=marks)
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-@pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize("block", list(BLOCKS))
+@pytest.mark.parametrize("block, mode, layout", list(_block_cases()))
 def test_blocks_run_channels_last_like_eager(block, mode, layout, device, caplog):
     make, shape = BLOCKS[block]
     torch.manual_seed(0)

@@ -259,6 +259,7 @@ def test_torch_logs_output_code_prints_minductors_code():
     assert "Output code" not in quiet.stderr
 
 
+@pytest.mark.slow  # two more interpreters started: 9 s
 def test_torch_logs_plus_minductor_and_fusion_artifact():
     done = _run(SMALL.replace("x * 2 + 1", "(x * 2).sum() + x"), TORCH_LOGS="fusion")
     assert done.returncode == 0, done.stderr
@@ -295,6 +296,7 @@ def _tlparse() -> str | None:
     return shutil.which("tlparse") or (str(beside) if beside.exists() else None)
 
 
+@pytest.mark.slow  # the trace test above reads the same records
 @pytest.mark.skipif(_tlparse() is None, reason="tlparse is not installed")
 def test_tlparse_shows_our_output_code(tmp_path):
     trace = tmp_path / "trace"

@@ -160,6 +160,7 @@ def test_sampling_repeats_with_its_seed_and_top_1_is_greedy():
     assert torch.equal(sampled(2, top_k=1), generate(model, prompt, 6))
 
 
+@pytest.mark.slow
 def test_a_backend_that_changes_a_token_is_wrong():
     """hf-static's prefill runs eagerly, so the first new token is eager's; the
     compiled step's demoted logits change the second."""

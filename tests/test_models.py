@@ -248,8 +248,15 @@ def test_mlp_trains_like_eager(optimizer, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("optimizer", [sgd, adamw], ids=["sgd", "adamw"])
-@pytest.mark.parametrize("sdpa", [False, True], ids=["matmul_attention", "sdpa"])
+@pytest.mark.parametrize(
+    "sdpa, optimizer",  # two of the four pairs in `make test`, the others slow
+    [
+        pytest.param(False, sgd, id="matmul_attention-sgd"),
+        pytest.param(True, adamw, id="sdpa-adamw"),
+        pytest.param(False, adamw, id="matmul_attention-adamw", marks=pytest.mark.slow),
+        pytest.param(True, sgd, id="sdpa-sgd", marks=pytest.mark.slow),
+    ],
+)
 def test_gpt_block_trains_like_eager(sdpa, optimizer, device):
     torch.manual_seed(0)
     model = GPT(sdpa=sdpa).to(device)

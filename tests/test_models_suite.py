@@ -127,6 +127,7 @@ def test_backends_are_timed_in_turns_and_a_failing_step_is_reported():
     assert isinstance(times["b"], ValueError) and times["a"] > 0 and times["eager"] > 0
 
 
+@pytest.mark.slow
 def test_wrong_results_and_errors_are_reported():
     rows = list(measure_model("gpt2", "inference", "fp32", ["nudged", "broken"], True))
     assert [r.backend for r in rows] == ["nudged", "broken"]  # eager ran, unreported
