@@ -196,6 +196,7 @@ class KernelKind(str, Enum):
     POINTWISE = "poi"
     PERSISTENT = "per"  # a reduction holding whole rows in registers
     LOOPED = "red"  # a reduction looping over each row
+    TEMPLATE = "tem"  # a matmul template and what it absorbed (chapter 23)
 
     def __str__(self) -> str:  # in an f-string too: the prefix
         return self.value
@@ -246,6 +247,10 @@ class TritonKernel:
             self.size_symbols |= sympy.sympify(size).free_symbols
         self.indexes: set[sympy.Expr] = set()
         self.indirect_sizes: dict[sympy.Symbol, sympy.Expr] = {}
+        # the shape of one program's lanes, where an index is the same for all of them:
+        # None for the kind's own ([XBLOCK], or a reduction's [XBLOCK, 1]); a matmul
+        # template sets its tile's (chapter 23)
+        self.lane_shape: str | None = None
 
 
     def newvar(self, expr: str, after_loop: bool = False) -> str:
@@ -269,6 +274,7 @@ class TritonKernel:
         self.indexes.add(index)
         if not index.free_symbols & lanes:  # one address for every lane
             shape = "[XBLOCK]" if self.kind is KernelKind.POINTWISE else "[XBLOCK, 1]"
+            shape = self.lane_shape or shape
             if index.is_Integer:
                 return f"tl.full({shape}, {int(index)}, tl.int32)"
             return f"tl.zeros({shape}, tl.int32) + ({texpr(index)})"
@@ -475,7 +481,7 @@ class KindCodegen:
 
 
 # the pipeline's hook of kernel kinds, a KindCodegen by KernelKind: POINTWISE below;
-# chapter 16 adds PERSISTENT and LOOPED
+# chapter 16 adds PERSISTENT and LOOPED, chapter 23 TEMPLATE
 KERNEL_KINDS = PIPELINE["kernel_kinds"]
 
 
@@ -502,6 +508,8 @@ def generate_kernel(
         node.rloop.sizes,
         is_persistent(node, sizevars),
     )
+    for member in node.snodes:  # a node with a kernel of its own (chapter 23)
+        kernel.kind = KernelKind(getattr(member.node, "kernel_kind", kernel.kind))
     outputs = {m.get_name() for m in node.snodes}
     kernel.args.over = {a: b for a, b in (over or {}).items() if b in outputs}
     for member in node.snodes:
@@ -515,7 +523,7 @@ def generate_kernel(
     meta, per_call = codegen.blocks(kernel, node, numel, rnumel, interpret)
     int64 = kernel.index_dtype(sizevars) == "tl.int64"
     symbols = sorted(s.name for s in kernel.size_symbols)
-    pointwise = kernel.kind is KernelKind.POINTWISE
+    pointwise = "RBLOCK" not in meta  # one range: a pointwise kernel, a template
     sizes = ["xnumel"] if pointwise else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)

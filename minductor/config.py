@@ -1,4 +1,4 @@
-# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md — edit there
+# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md, chapters/23_templates.md — edit there
 
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ class Config:
     # a debug folder per compiled graph under this one; "" writes none unless
     # TORCH_COMPILE_DEBUG=1, which picks Dynamo's
     debug_dir: str = ""
+    # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
+    # template), or both, "ATEN,TRITON": the faster, measured
+    max_autotune_gemm_backends: str = "ATEN"
 
 
     @contextlib.contextmanager

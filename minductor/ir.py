@@ -250,6 +250,10 @@ class ComputedBuffer(Buffer):
             return
         self.data.store_reduction(self.name, indexer, index, rindex)
 
+    def whole_reads(self) -> tuple[str, ...]:
+        """Buffers read as a whole, not element by element through the body."""
+        return ()
+
     def dump(self) -> str:
         n = len(self.data.ranges)
         rn = len(self.data.reduction_ranges) if self.is_reduction() else 0
@@ -552,6 +556,9 @@ class MutationBuffer(ComputedBuffer):
     """Runs a Scatter into target's memory; readers of the result read this name."""
 
     target: Buffer
+
+    def whole_reads(self) -> tuple[str, ...]:  # it updates its target: after the copy
+        return (self.target.name,)
 
     def store_output(self, index: Index, rindex: Index = ()) -> None:
         s = self.data

@@ -348,7 +348,11 @@ def _where(cond: TensorBox, a: Any, b: Any, dtype: torch.dtype) -> TensorBox:
 
 
 # prims.fma(a, b, c) = a * b + c, which torch's decompositions of addcmul and addcdiv
-# (the optimizers' ops) emit; rounded twice here, once in eager's fused instruction
+# (the optimizers' ops) emit; rounded twice here, once in eager's fused instruction.
+# torch._inductor.inductor_prims defines it, whoever imports this module first.
+import torch._inductor.inductor_prims  # noqa: E402, F401
+
+
 @register_lowering(prims.fma)
 def fma(a, b, c):
     return pointwise(lambda x, y, z: ops.add(ops.mul(x, y), z), [a, b, c])

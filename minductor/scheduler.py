@@ -170,9 +170,8 @@ class SchedulerNode(BaseSchedulerNode):
         def deps(found):
             return frozenset(MemoryDep(n, bare.rewrite_index(i)) for n, i in found)
 
-        reads = deps(recorder.loads)
-        if isinstance(node, MutationBuffer):  # it updates its target: after the copy
-            reads |= {StarDep(node.target.name)}
+        # a buffer read as a whole (a scatter's target, a matmul's operands): all of it
+        reads = deps(recorder.loads) | {StarDep(n) for n in node.whole_reads()}
         return dataclasses.replace(bare, reads=reads, writes=deps(recorder.stores))
 
 

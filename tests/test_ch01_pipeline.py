@@ -30,8 +30,8 @@ BOOK = {
     "reduction_passes": [("split_reduction", 10)],
     "store_passes": [("store_narrow", 8), ("store_padded", 12)],
     "layout_rules": [("channels_last_rule", 13)],
-    "fusion_rules": [("reads_where_overwritten", 14)],
-    "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16)],
+    "fusion_rules": [("reads_where_overwritten", 14), ("template_epilogues", 23)],
+    "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16), ("tem", 23)],
     "handovers": [("written_over", 18)],
     "memory_plan": [("plan_memory", 18)],
     "graph_wrappers": [("cudagraphify", 20)],
@@ -143,7 +143,8 @@ def test_the_table_is_the_same_whatever_order_the_modules_are_imported_in():
         package = types.ModuleType("minductor")
         package.__path__ = [root]
         sys.modules["minductor"] = package  # the modules alone, not __init__'s order
-        for name in ["debug", "partition", "cudagraphs", "memory", "codegen_reductions",
+        for name in ["templates", "debug", "partition", "cudagraphs", "memory",
+                     "codegen_reductions",
                      "convnets", "extern", "indexing", "reductions", "views", "factories",
                      "pointwise", "capture"]:
             importlib.import_module("minductor." + name)

@@ -69,7 +69,7 @@ def test_a_kernel_kind_is_an_enum_member_that_names_kernels_by_its_prefix():
     assert kernel.kind is KernelKind.POINTWISE
     assert kernel.descriptive_name == "poi_fused_add"
     assert f"triton_{kernel.kind}_fused" == "triton_poi_fused"
-    assert [str(k) for k in KernelKind] == ["poi", "per", "red"]
+    assert [str(k) for k in KernelKind] == ["poi", "per", "red", "tem"]
     assert PerCallBlocks("inner") is PerCallBlocks.INNER
     assert repr(PerCallBlocks.INNER) == "'inner'"  # as the wrapper writes it
 

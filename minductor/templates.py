@@ -1,0 +1,332 @@
+# generated from chapters/23_templates.md — edit there
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from minductor import extern  # chapter 12's lowerings, which these take over
+from minductor.codegen_triton import (
+    KERNEL_KINDS,
+    InterpreterOverrides,
+    KernelKind,
+    KindCodegen,
+    TritonKernel,
+    kernel_op,
+    next_power_of_2,
+)
+from minductor.config import config, log
+from minductor.ir import (
+    Buffer,
+    ComputedBuffer,
+    FixedLayout,
+    Pointwise,
+    ReinterpretBuffer,
+    TensorBox,
+)
+from minductor.lowering import lowerings, register_lowering
+from minductor.ops import ops
+from minductor.pointwise import add
+from minductor.runtime import interpret_mode
+from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
+
+aten = torch.ops.aten
+TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int
+    num_stages: int = 3
+    GROUP_M: int = 8
+
+    def __str__(self) -> str:
+        m, n, k = self.BLOCK_M, self.BLOCK_N, self.BLOCK_K
+        return f"{m}x{n}x{k}, {self.num_warps} warps, {self.num_stages} stages"
+
+
+def _block(size: int, largest: int) -> int:
+    return max(16, min(largest, next_power_of_2(size)))
+
+
+def tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
+    """The rule's tiles for an (m, k) @ (k, n) product."""
+    deepest = 32 if dtype == torch.float32 else 64
+    bm, bn, bk = _block(m, 128), _block(n, 128), _block(k, deepest)
+    return TileConfig(bm, bn, bk, num_warps=8 if bm * bn >= 128 * 128 else 4)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A matrix (or a batch of them) as the template reads it: pointer and layout."""
+
+    ptr: str
+    stride: tuple[int, int, int]  # (batch, row, column), 0 for a missing batch
+    offset: int
+
+
+def matmul_lines(
+    b: int, m: int, n: int, k: int, x: Operand, y: Operand, cfg: TileConfig,
+    precision: str, int64: bool, upcast: bool = False,
+) -> list[str]:  # fmt: skip
+    """C[b] = x[b] @ y[b], one BLOCK_M x BLOCK_N tile of C per program, in `acc`."""
+    bm, bn, bk, group = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    (xb, xm, xk), (yb, yk, yn) = x.stride, y.stride
+    to = ".to(tl.float32)" if upcast else ""
+    return [
+        f"pid = {pid}",
+        f"batch = pid // {tiles_m * tiles_n}",
+        f"tile = pid % {tiles_m * tiles_n}",
+        f"# grouped order: {group} rows of tiles walk their columns together",
+        f"first_m = (tile // {group * tiles_n}) * {group}",
+        f"rows = tl.minimum({tiles_m} - first_m, {group})",
+        "pid_m = first_m + tile % rows",
+        f"pid_n = (tile % {group * tiles_n}) // rows",
+        f"rm = pid_m * {bm} + tl.arange(0, {bm})",
+        f"rn = pid_n * {bn} + tl.arange(0, {bn})",
+        f"rk = tl.arange(0, {bk})",
+        f"a_ptrs = {x.ptr} + ({x.offset} + batch * {xb} + rm[:, None] * {xm}"
+        f" + rk[None, :] * {xk})",
+        f"b_ptrs = {y.ptr} + ({y.offset} + batch * {yb} + rk[:, None] * {yk}"
+        f" + rn[None, :] * {yn})",
+        f"acc = tl.zeros([{bm}, {bn}], tl.float32)",
+        f"for k in range(0, {k}, {bk}):",
+        f"    a_mask = (rm[:, None] < {m}) & (rk[None, :] < {k} - k)",
+        f"    b_mask = (rk[:, None] < {k} - k) & (rn[None, :] < {n})",
+        f"    a = tl.load(a_ptrs, a_mask, other=0.0){to}",
+        f"    b = tl.load(b_ptrs, b_mask, other=0.0){to}",
+        f'    acc += tl.dot(a, b, input_precision="{precision}")',
+        f"    a_ptrs += {bk * xk}",
+        f"    b_ptrs += {bk * yk}",
+        f"xindex = batch * {m * n} + rm[:, None] * {n} + rn[None, :]",
+        f"xmask = (rm[:, None] < {m}) & (rn[None, :] < {n})",
+    ]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MatmulTemplate(ComputedBuffer):
+    """C = a @ b (a batch of them when a and b are 3-d) by a tiled Triton kernel."""
+
+    a: Buffer  # the buffers whose memory the operands are
+    b: Buffer
+    a_view: FixedLayout  # each operand's size, strides and offset in that memory
+    b_view: FixedLayout
+    tiles: TileConfig
+    kernel_kind = KernelKind.TEMPLATE.value
+
+    def whole_reads(self) -> tuple[str, ...]:
+        return (self.a.name, self.b.name)
+
+    def __repr__(self) -> str:
+        size = [int(s) for s in self.layout.size]
+        return f"{self.name}: MatmulTemplate({self.a.name} @ {self.b.name}, {size})"
+
+
+def in_memory(buf: Buffer) -> tuple[Buffer, FixedLayout]:
+    """The buffer whose memory buf is, and buf's layout in it: a strided view that the
+    wrapper makes (a ReinterpretBuffer) is read straight from what it views."""
+    layout, offset = buf.layout, buf.layout.offset
+    while isinstance(buf, ReinterpretBuffer):
+        buf = buf.base
+        if isinstance(buf, ReinterpretBuffer):  # a view of a view: its offset too
+            offset += buf.layout.offset
+    return buf, dataclasses.replace(layout, offset=offset)
+
+
+def matmul_template(graph, a: Buffer, b: Buffer, cfg: TileConfig) -> TensorBox:
+    """Register the template computing a @ b; its result, boxed."""
+    *batch, m, _ = a.get_size()
+    n = b.get_size()[-1]
+    size = (*batch, m, n)
+    device, dtype, name = a.get_device(), a.get_dtype(), graph.new_buffer_name()
+    layout = FixedLayout.contiguous(device, dtype, size)
+    body = Pointwise(
+        device, dtype, lambda index: ops.matmul_tile(name), size, frozenset()
+    )
+    (a, a_view), (b, b_view) = in_memory(a), in_memory(b)
+    node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg)
+    graph.register_buffer(node)
+    return TensorBox(node)
+
+
+@kernel_op
+def matmul_tile(self, name: str) -> str:
+    kernel, node = self.kernel, self.node.node
+    kernel.template = node
+    kernel.lane_shape = f"[{node.tiles.BLOCK_M}, {node.tiles.BLOCK_N}]"
+    pointers = (kernel.args.input(node.a.name), kernel.args.input(node.b.name))
+    kernel.template_ptrs = pointers
+    dtype = node.get_dtype()
+    if dtype == torch.float32:
+        return "acc"
+    return kernel.newvar(kernel.overrides.to_dtype("acc", dtype))
+
+
+def _operand(view: FixedLayout, ptr: str) -> Operand:
+    stride = [int(s) for s in view.stride]
+    if len(stride) == 2:
+        stride = [0, *stride]
+    return Operand(ptr, tuple(stride), int(view.offset))
+
+
+def _size(a: FixedLayout, b: FixedLayout) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a @ b; a batch of 1 for a plain product."""
+    *batch, m, k = (int(s) for s in a.size)
+    return (batch[0] if batch else 1), m, int(b.size[-1]), k
+
+
+def template_blocks(kernel: TritonKernel, node, numel, rnumel, interpret: bool):
+    b, m, n, _ = _size(kernel.template.a_view, kernel.template.b_view)
+    cfg = kernel.template.tiles
+    tiles = b * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+    kernel.numel = sympy.Integer(tiles)  # the launch: one program per tile
+    return {"XBLOCK": 1, "num_warps": cfg.num_warps}, None
+
+
+def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
+    node = kernel.template
+    views = (node.a_view, node.b_view)
+    b, m, n, k = _size(*views)
+    x, y = (_operand(view, p) for view, p in zip(views, kernel.template_ptrs))
+    largest = max(b * m * k, b * k * n, b * m * n)  # 32-bit indices if below 2**31
+    int64 = int64 or largest >= 2**31 or x.offset + y.offset >= 2**30
+    dtype = node.get_dtype()
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    precision = "tf32" if tf32 else "ieee"
+    upcast = dtype == torch.bfloat16 and kernel.overrides is InterpreterOverrides
+    return [
+        *matmul_lines(b, m, n, k, x, y, node.tiles, precision, int64, upcast),
+        *kernel.variable_definitions(),
+        *kernel.lines,
+    ]
+
+
+KERNEL_KINDS.register(
+    KindCodegen(template_blocks, template_lines), chapter=23, name=KernelKind.TEMPLATE
+)
+
+
+def _has_template(node: BaseSchedulerNode) -> bool:
+    return any(isinstance(m.node, MatmulTemplate) for m in node.snodes)
+
+
+@register_fusion_rule(chapter=23)
+def template_epilogues(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
+    """a comes before b. A template starts its kernel; what follows is pointwise."""
+    if _has_template(b):
+        return f"{b.get_name()} is a matmul template: nothing fuses before it"
+    if _has_template(a) and any(m.is_reduction() for m in b.snodes):
+        return f"{b.get_name()} is a reduction: a template's epilogue is pointwise"
+    return None
+
+
+def _backends() -> set[str]:
+    if not config.max_autotune:
+        return {"ATEN"}
+    chosen = {b.strip().upper() for b in config.max_autotune_gemm_backends.split(",")}
+    if not chosen <= {"ATEN", "TRITON"}:
+        raise ValueError(
+            f"minductor: max_autotune_gemm_backends takes ATEN and TRITON, got "
+            f"{config.max_autotune_gemm_backends!r}"
+        )
+    return chosen
+
+
+def why_not_template(a: TensorBox, b: TensorBox) -> str | None:
+    """Why the template cannot compute a @ b as eager does; None if it can."""
+    if a.get_dtype() != b.get_dtype() or a.get_dtype() not in TEMPLATE_DTYPES:
+        return f"dtypes {a.get_dtype()} and {b.get_dtype()}"
+    sizes = [*a.get_size(), *b.get_size()]
+    if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        return "sizes known only at run time"
+    if any(int(s) == 0 for s in sizes):
+        return "an empty dimension"
+    device = a.get_device()
+    if device.type != "cuda" and not (device.type == "cpu" and interpret_mode()):
+        return f"device {device.type}"
+    return None
+
+
+def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
+    """a @ b by the template if it applies and is chosen; else None (cuBLAS)."""
+    backends = _backends()
+    if "TRITON" not in backends:
+        return None
+    why = why_not_template(a, b)
+    if why is not None:
+        log.info("minductor: matmul by cuBLAS, not the template: %s", why)
+        return None
+    a, b = graph.realize_viewed(a), graph.realize_viewed(b)
+    *_, m, k = (int(s) for s in a.get_size())
+    cfg = tile_config(m, int(b.get_size()[-1]), k, a.get_dtype())
+    if "ATEN" in backends and not faster_than_cublas(a, b, cfg):
+        return None
+    return matmul_template(graph, a, b, cfg)
+
+
+_PLAIN = """import triton
+import triton.language as tl
+
+from minductor import triton_helpers as helpers
+
+
+@triton.jit
+def kernel(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+"""
+
+
+def faster_than_cublas(a: Buffer, b: Buffer, cfg: TileConfig) -> bool:
+    if a.get_device().type != "cuda":
+        return False
+    from triton.testing import do_bench
+
+    from minductor.runtime import launch, load_module, rand_strided
+
+    bsz, m, n, k = _size(a.layout, b.layout)
+    # the examples below are made with the operands' strides, from offset 0
+    x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
+            ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
+    lines = matmul_lines(bsz, m, n, k, x, y, cfg, "ieee", False)
+    lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
+    module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
+    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
+    with fake_off():
+        xs = [rand_strided(t.get_size(), t.layout.stride, t.get_device(), t.get_dtype())
+              for t in (a, b)]  # fmt: skip
+        out = torch.empty(bsz * m * n, dtype=a.get_dtype(), device=a.get_device())
+        tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+
+        def template():
+            launch(module.kernel, tiles, *xs, out, XBLOCK=1, num_warps=cfg.num_warps)
+
+        bench = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
+        ours, theirs = bench(template), bench(lambda: torch.matmul(*xs))
+    shape = "x".join(str(s) for s in (bsz, m, n, k))
+    log.info("minductor: matmul %s (%s): template %s %.1f us, cuBLAS %.1f us",
+             shape, a.get_dtype(), cfg, ours * 1e3, theirs * 1e3)  # fmt: skip
+    return ours < theirs
+
+
+@register_lowering(aten.mm, aten.bmm, graph=True, extern=True)
+def mm(graph, a, b):
+    made = template_or_none(graph, a, b)
+    return made if made is not None else extern.mm(graph, a, b)
+
+
+@register_lowering(aten.addmm, graph=True, extern=True)
+def addmm(graph, bias, a, b, *, beta=1, alpha=1):
+    made = template_or_none(graph, a, b)
+    if made is None:
+        return extern.addmm(graph, bias, a, b, beta=beta, alpha=alpha)
+    mul = lowerings[aten.mul.Tensor]
+    scaled = bias if beta == 1 else mul(bias, beta)
+    return add(scaled, made, alpha=alpha)

@@ -1,0 +1,136 @@
+"""Matmul templates against cuBLAS, on a GPU: the product alone and with epilogues.
+
+Each workload is compiled twice with minductor (`max_autotune_gemm_backends` "TRITON":
+the template and its epilogue in one kernel; "ATEN": cuBLAS and a separate kernel) and
+run once in eager. After every variant is compiled, they are timed in turns (Triton's
+`do_bench`, median of its repetitions), the order reversed each round; the table gives
+the median over rounds, and the spread (min-max) in brackets. Run from the repository
+root:
+
+    python tools/template_bench.py [--rounds 5] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+import minductor  # noqa: F401
+
+BACKENDS = {
+    "eager": None,
+    "cuBLAS": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN"},
+    "template": {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"},
+}
+
+
+def workloads():
+    bf16 = torch.bfloat16
+
+    def r(*shape, dtype=bf16):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    yield "mm 4096^3 bf16", (lambda a, b: a @ b), (r(4096, 4096), r(4096, 4096))
+    yield (
+        "mm 4096^3 fp16",
+        (lambda a, b: a @ b),
+        (r(4096, 4096, dtype=torch.float16), r(4096, 4096, dtype=torch.float16)),
+    )
+    yield (
+        "mm 4096^3 fp32",
+        (lambda a, b: a @ b),
+        (r(4096, 4096, dtype=torch.float32), r(4096, 4096, dtype=torch.float32)),
+    )
+    yield (
+        "Linear+bias+GELU 8192x4096x4096",
+        (lambda x, w, b: F.gelu(F.linear(x, w, b))),
+        (r(8192, 4096), r(4096, 4096), r(4096)),
+    )
+    yield (
+        "x @ W + residual 8192x4096x4096",
+        (lambda x, w, res: x @ w + res),
+        (r(8192, 4096), r(4096, 4096), r(8192, 4096)),
+    )
+    yield (
+        "MLP 8192x1024->4096->1024",
+        (lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)),
+        (r(8192, 1024), r(4096, 1024), r(4096), r(1024, 4096), r(1024)),
+    )
+    yield (
+        "decode M=16 Linear+bias 4096x4096",
+        (lambda x, w, b: F.linear(x, w, b)),
+        (r(16, 4096), r(4096, 4096), r(4096)),
+    )
+    yield (
+        "decode M=1 Linear+bias+SiLU 4096x11008",
+        (lambda x, w, b: F.silu(F.linear(x, w, b))),
+        (r(1, 4096), r(11008, 4096), r(11008)),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    assert torch.cuda.is_available(), "this probe needs a CUDA GPU"
+    rows = []
+    for name, fn, inputs in workloads():
+        torch._dynamo.reset()
+        runs, errors = {}, {}
+        expected = fn(*inputs).float()
+        for backend, options in BACKENDS.items():
+            run = (
+                fn
+                if options is None
+                else torch.compile(fn, backend="minductor", options=options)
+            )
+            out = run(*inputs)  # compiles
+            errors[backend] = (out.float() - expected).abs().max().item()
+            runs[backend] = lambda run=run: run(*inputs)
+        times = {b: [] for b in runs}
+        order = list(runs)
+        for k in range(args.rounds):
+            for backend in order if k % 2 == 0 else order[::-1]:
+                times[backend].append(do_bench(runs[backend], return_mode="median"))
+        med = {b: statistics.median(t) for b, t in times.items()}
+        row = {
+            "workload": name,
+            **{f"{b} ms": med[b] for b in runs},
+            **{f"{b} spread": [min(t), max(t)] for b, t in times.items()},
+            "template vs cuBLAS": med["cuBLAS"] / med["template"],
+            "max error vs eager": errors,
+        }
+        rows.append(row)
+        spread = {b: f"[{min(t):.3f}-{max(t):.3f}]" for b, t in times.items()}
+        print(
+            f"| {name} | "
+            + " | ".join(f"{med[b]:.3f} {spread[b]}" for b in runs)
+            + f" | {med['cuBLAS'] / med['template']:.2f}x |",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "date": datetime.date.today().isoformat(),
+                    "device": torch.cuda.get_device_name(),
+                    "torch": torch.__version__,
+                    "triton": triton.__version__,
+                    "rounds": args.rounds,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()
