@@ -99,7 +99,7 @@ def matmul_lines(
         f"b_ptrs = {y.ptr} + ({y.offset} + batch * {yb} + rk[:, None] * {yk}"
         f" + rn[None, :] * {yn})",
         f"acc = tl.zeros([{bm}, {bn}], tl.float32)",
-        f"for k in range(0, {k}, {bk}):",
+        f"for k in tl.range(0, {k}, {bk}, num_stages={cfg.num_stages}):",
         f"    a_mask = (rm[:, None] < {m}) & (rk[None, :] < {k} - k)",
         f"    b_mask = (rk[:, None] < {k} - k) & (rn[None, :] < {n})",
         f"    a = tl.load(a_ptrs, a_mask, other=0.0){to}",
@@ -200,9 +200,8 @@ def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
     largest = max(b * m * k, b * k * n, b * m * n)  # 32-bit indices if below 2**31
     int64 = int64 or largest >= 2**31 or x.offset + y.offset >= 2**30
     dtype = node.get_dtype()
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    precision = "tf32" if tf32 else "ieee"
     upcast = dtype == torch.bfloat16 and kernel.overrides is InterpreterOverrides
+    precision = _precision(dtype)
     return [
         *matmul_lines(b, m, n, k, x, y, node.tiles, precision, int64, upcast),
         *kernel.variable_definitions(),
@@ -266,11 +265,34 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
         log.info("minductor: matmul by cuBLAS, not the template: %s", why)
         return None
     a, b = graph.realize_viewed(a), graph.realize_viewed(b)
-    *_, m, k = (int(s) for s in a.get_size())
-    cfg = tile_config(m, int(b.get_size()[-1]), k, a.get_dtype())
-    if "ATEN" in backends and not faster_than_cublas(a, b, cfg):
-        return None
-    return matmul_template(graph, a, b, cfg)
+    cfg = choose_tiles(a, b, allow_cublas="ATEN" in backends)
+    return None if cfg is None else matmul_template(graph, a, b, cfg)
+
+
+CANDIDATES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+    (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+    (64, 64, 64, 4, 4), (64, 256, 32, 8, 4), (32, 64, 128, 4, 4),
+    (16, 64, 128, 4, 4), (16, 128, 128, 4, 3), (16, 32, 256, 4, 3),
+]  # fmt: skip
+SHARED_MEMORY = 200 * 1024  # bytes of an SM's 228 KB the pipelined tiles may take
+
+
+def candidate_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> list[TileConfig]:
+    """The rule's tiles, then each candidate that fits the product and the memory."""
+    found = [tile_config(m, n, k, dtype)]
+    size = dtype.itemsize
+    for bm, bn, bk, warps, stages in CANDIDATES:
+        if dtype == torch.float32:
+            bk = min(bk, 32)
+        if bm > _block(m, 256) or bn > _block(n, 256) or bk > _block(k, 256):
+            continue
+        if stages * (bm * bk + bk * bn) * size > SHARED_MEMORY:
+            continue
+        cfg = TileConfig(bm, bn, bk, warps, stages)
+        if cfg not in found:
+            found.append(cfg)
+    return found
 
 
 _PLAIN = """import triton
@@ -284,36 +306,78 @@ def kernel(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 """
 
 
-def faster_than_cublas(a: Buffer, b: Buffer, cfg: TileConfig) -> bool:
-    if a.get_device().type != "cuda":
-        return False
+def _precision(dtype: torch.dtype) -> str:
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if tf32 else "ieee"
+
+
+def choose_tiles(a: Buffer, b: Buffer, allow_cublas: bool) -> TileConfig | None:
+    """The template's tiles for a @ b, or None for cuBLAS: measured on a GPU."""
+    bsz, m, n, k = _size(a.layout, b.layout)
+    dtype, device = a.get_dtype(), a.get_device()
+    candidates = candidate_tiles(m, n, k, dtype)
+    if device.type != "cuda" or interpret_mode():
+        return None if allow_cublas else candidates[0]
+    from minductor.runtime import AutotuneFailed, autotune
+
+    # the examples are made with the operands' strides, from offset 0
+    x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
+            ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
+    shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
+    time_one = _timer(a, b, x, y, shape)
+    choices = [dataclasses.asdict(c) for c in candidates]
+    choices += [{"cublas": 1}] if allow_cublas else []
+    text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
+    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
+    try:
+        with fake_off():
+            name = torch.cuda.get_device_name(device)
+            won = autotune("\n".join(text), (bsz, m, n, k), name, choices, time_one)
+    except AutotuneFailed as why:
+        log.warning("minductor: matmul %s: nothing could be timed: %s", shape, why)
+        return None if allow_cublas else candidates[0]
+    how = "cached" if won["cached"] else f"of {won['tried']}"
+    chosen = None if "cublas" in won["config"] else TileConfig(**won["config"])
+    log.info("minductor: matmul %s: %s won, %.1f us (%s)", shape,
+             chosen or "cuBLAS", won["ms"] * 1e3, how)  # fmt: skip
+    return chosen
+
+
+def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str):
     from triton.testing import do_bench
 
     from minductor.runtime import launch, load_module, rand_strided
 
     bsz, m, n, k = _size(a.layout, b.layout)
-    # the examples below are made with the operands' strides, from offset 0
-    x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
-            ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
-    lines = matmul_lines(bsz, m, n, k, x, y, cfg, "ieee", False)
-    lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
-    module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
+    dtype, device = a.get_dtype(), a.get_device()
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     with fake_off():
-        xs = [rand_strided(t.get_size(), t.layout.stride, t.get_device(), t.get_dtype())
-              for t in (a, b)]  # fmt: skip
-        out = torch.empty(bsz * m * n, dtype=a.get_dtype(), device=a.get_device())
+        sizes = [(t.get_size(), t.layout.stride) for t in (a, b)]
+        xs = [rand_strided(size, stride, device, dtype) for size, stride in sizes]
+        out = torch.empty(bsz * m * n, dtype=dtype, device=device)
+    bench = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
+
+    def time_one(choice: dict) -> float:
+        if "cublas" in choice:
+            ms = bench(lambda: torch.matmul(*xs))
+            log.info("minductor: matmul %s: cuBLAS %.1f us", shape, ms * 1e3)
+            return ms
+        cfg = TileConfig(**choice)
+        lines = matmul_lines(bsz, m, n, k, x, y, cfg, _precision(dtype), False)
+        lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
+        module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
         tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
 
-        def template():
+        def run():
             launch(module.kernel, tiles, *xs, out, XBLOCK=1, num_warps=cfg.num_warps)
 
-        bench = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
-        ours, theirs = bench(template), bench(lambda: torch.matmul(*xs))
-    shape = "x".join(str(s) for s in (bsz, m, n, k))
-    log.info("minductor: matmul %s (%s): template %s %.1f us, cuBLAS %.1f us",
-             shape, a.get_dtype(), cfg, ours * 1e3, theirs * 1e3)  # fmt: skip
-    return ours < theirs
+        run()  # compiles
+        torch.cuda.synchronize()
+        ms = bench(run)
+        log.info("minductor: matmul %s: template %s %.1f us", shape, cfg, ms * 1e3)
+        return ms
+
+    return time_one
 
 
 @register_lowering(aten.mm, aten.bmm, graph=True, extern=True)

@@ -3,6 +3,7 @@ work that reads the product fused into it as its epilogue (chapter 23)."""
 
 import logging
 import math
+import re
 
 import pytest
 import torch
@@ -57,7 +58,7 @@ def test_half_precision_accumulates_in_float32(dtype, device):
         randn(300, 23, device=device, dtype=dtype),
     )
     _, sources = compile_and_compare(lambda a, b: a @ b, a, b, tol=TOL[dtype])
-    assert "acc = tl.zeros([32, 32], tl.float32)" in sources[0]
+    assert re.search(r"acc = tl.zeros\(\[\d+, \d+\], tl.float32\)", sources[0])
     exact = a.double() @ b.double()
     got = torch.compile(lambda a, b: a @ b, backend="minductor", options=FORCED)(a, b)
     one_rounding = exact.abs().max().item() * (
@@ -292,11 +293,61 @@ def test_large_products_on_the_gpu_match_eager(dtype):
     assert len(kernels) == 1 and kernels[0].startswith("triton_tem")
 
 
+@pytest.mark.parametrize(
+    "m, n, k, dtype",
+    [
+        (4096, 4096, 4096, torch.bfloat16),
+        (4096, 4096, 4096, torch.float32),
+        (16, 4096, 4096, torch.float16),
+        (33, 24, 40, torch.float32),
+        (1, 1, 1, torch.bfloat16),
+    ],
+)
+def test_candidate_tiles_fit_the_product_and_the_shared_memory(m, n, k, dtype):
+    found = templates.candidate_tiles(m, n, k, dtype)
+    assert found[0] == templates.tile_config(m, n, k, dtype)  # the rule's first
+    assert len(found) == len(set(found))
+    for cfg in found[1:]:
+        blocks = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K)
+        for block, size in zip(blocks, (m, n, k)):
+            assert 16 <= block <= max(16, 1 << (size - 1).bit_length())
+        pipelined = cfg.num_stages * (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K
+        assert pipelined * dtype.itemsize <= templates.SHARED_MEMORY
+        assert dtype != torch.float32 or cfg.BLOCK_K <= 32
+    if (m, n, k) == (4096, 4096, 4096):
+        assert len(found) >= 6  # a real choice for a large product
+    if m == 1:
+        assert found == [templates.tile_config(1, 1, 1, dtype)]
+
+
+def test_a_template_pipelines_its_k_loop():
+    lines = templates.matmul_lines(
+        1, 64, 64, 256,
+        templates.Operand("x", (0, 256, 1), 0), templates.Operand("y", (0, 64, 1), 0),
+        templates.TileConfig(64, 64, 64, 4, num_stages=4), "ieee", False,
+    )  # fmt: skip
+    assert "for k in tl.range(0, 256, 64, num_stages=4):" in lines
+
+
 @pytest.mark.cuda
-def test_aten_and_triton_on_the_gpu_time_both_and_log_it(caplog):
+@pytest.mark.parametrize("backends", ["TRITON", "ATEN,TRITON"])
+def test_on_the_gpu_the_choices_are_timed_logged_and_kept_on_disk(
+    backends, caplog, tmp_path
+):
     a, b = torch.randn(512, 512, device="cuda"), torch.randn(512, 512, device="cuda")
-    options = {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}
+    options = {
+        "max_autotune": True,
+        "max_autotune_gemm_backends": backends,
+        "cache_dir": str(tmp_path),
+    }
     with caplog.at_level(logging.INFO, logger="minductor"):
         compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=1e-2)
-    assert "matmul 1x512x512x512 (torch.float32): template" in caplog.text
-    assert "cuBLAS" in caplog.text
+    timed = [r for r in caplog.messages if "1x512x512x512" in r and " us" in r]
+    assert sum("template" in r for r in timed) >= 4
+    assert any("cuBLAS" in r and "won" not in r for r in timed) == ("ATEN" in backends)
+    assert any("won" in r and "(of " in r for r in timed)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=1e-2)
+    assert any("won" in r and "(cached)" in r for r in caplog.messages)
+    assert not any("template 128x" in r for r in caplog.messages)  # nothing re-timed
