@@ -67,8 +67,8 @@ class Config:
     # TORCH_COMPILE_DEBUG=1, which picks Dynamo's
     debug_dir: str = ""
     # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
-    # template), or both, "ATEN,TRITON": the faster, measured
-    max_autotune_gemm_backends: str = "ATEN"
+    # template), or both, "ATEN,TRITON" (Inductor's default): the faster, measured
+    max_autotune_gemm_backends: str = "ATEN,TRITON"
 
 
     @contextlib.contextmanager

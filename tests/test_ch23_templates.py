@@ -216,7 +216,6 @@ def test_what_the_template_cannot_compute_goes_to_aten_with_a_reason(device, cap
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("options", [
     {},  # max_autotune off: the backends are not consulted
-    {"max_autotune": True},  # "ATEN", the default
     {"max_autotune": True, "max_autotune_gemm_backends": "ATEN"},
 ])  # fmt: skip
 def test_without_triton_among_the_backends_matmuls_are_cublas(options, device):
@@ -233,6 +232,13 @@ def test_aten_and_triton_in_the_interpreter_keep_cublas():
     options = {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}
     _, sources = compile_and_compare(lambda a, b: a @ b, a, b, options=options)
     assert "extern_kernels.mm" in sources[0]
+
+
+def test_the_default_backends_are_inductors():
+    from minductor.config import Config
+
+    assert Config().max_autotune_gemm_backends == "ATEN,TRITON"
+    assert Config().max_autotune is False  # the template only under max-autotune
 
 
 def test_a_misspelt_backend_is_an_error():
