@@ -467,6 +467,7 @@ class GeneratedKernel:
     size_args: tuple[str, ...] = ()  # size symbols passed after the buffers
     per_call_blocks: PerCallBlocks | None = None  # None: the blocks of meta, always
     inplace: tuple[tuple[str, str], ...] = ()  # (input, output written over it)
+    tile: tuple[int, int] | None = None  # (YBLOCK, XBLOCK) of a two-dimensional tile
 
 
 @dataclass(frozen=True)
@@ -512,6 +513,9 @@ def generate_kernel(
         kernel.kind = KernelKind(getattr(member.node, "kernel_kind", kernel.kind))
     outputs = {m.get_name() for m in node.snodes}
     kernel.args.over = {a: b for a, b in (over or {}).items() if b in outputs}
+    tile = plan_tile(node, kernel, interpret)  # reads and writes disagree: 2-D tiles
+    if tile is not None:
+        kernel.lane_shape = f"[{tile.yblock}, {tile.xblock}]"
     for member in node.snodes:
         # a pointwise node over the outputs alone runs after a looped kernel's loop
         epilogue = kernel.kind is KernelKind.LOOPED and not member.rloop.sizes
@@ -519,7 +523,7 @@ def generate_kernel(
             member.run_body()
     # block sizes are heuristics: with symbolic sizes they follow this call's hints
     numel, rnumel = sizevars.size_hints((kernel.numel, kernel.rnumel))
-    codegen = KERNEL_KINDS[kernel.kind]
+    codegen = KERNEL_KINDS[kernel.kind] if tile is None else tile.codegen()
     meta, per_call = codegen.blocks(kernel, node, numel, rnumel, interpret)
     int64 = kernel.index_dtype(sizevars) == "tl.int64"
     symbols = sorted(s.name for s in kernel.size_symbols)
@@ -544,6 +548,7 @@ def generate_kernel(
         size_args=tuple(symbols),
         per_call_blocks=per_call,
         inplace=tuple(kernel.args.over.items()),
+        tile=None if tile is None else (tile.yblock, tile.xblock),
     )
 
 
@@ -689,3 +694,90 @@ def pointwise_config(numel: int, interpret: bool = False) -> dict[str, int]:
     # a warp per 256 elements, but up to 4 warps while each thread has one element
     num_warps = max(xblock // 256, min(4, xblock // 32))
     return {"XBLOCK": xblock, "num_warps": max(1, min(8, num_warps))}
+
+
+TILE_SIDE = 16  # the shortest side of a tile worth making
+
+
+def _stride(index: sympy.Expr, name: str) -> sympy.Expr | None:
+    """How far index moves when the loop variable `name` grows by one, if affine."""
+    if index.has(FloorDiv, ModularIndexing):
+        return None
+    var = {s.name: s for s in index.free_symbols}.get(name)
+    if var is None:
+        return sympy.Integer(0)
+    step = sympy.expand(index.subs(var, var + 1) - index)
+    return None if step.free_symbols else step
+
+
+def tile_split(node: BaseSchedulerNode, sizes: tuple) -> int | None:
+    """How many inner loops a tile's columns take; None: one dimension will do."""
+    names = [f"x{d}" for d in range(len(sizes))]  # x0 is the innermost
+    split = None
+    for member in node.snodes:
+        for dep in member.writes | member.reads:
+            if not isinstance(dep, MemoryDep):
+                continue
+            if is_indirect(dep.index):
+                return None
+            strides = [_stride(dep.index, name) for name in names]
+            if dep in member.writes and strides[0] != 1:
+                return None  # a write not contiguous along x0
+            if dep in member.reads and strides[0] != 1 and 1 in strides[1:]:
+                d = strides.index(1, 1)
+                split = d if split is None else min(split, d)
+    return split
+
+
+@dataclass(frozen=True)
+class Tile:
+    split: int  # the innermost loops that are the tile's columns
+    ysize: int  # elements along the rows (yindex) and the columns (xindex)
+    xsize: int
+    yblock: int
+    xblock: int
+    num_warps: int
+
+    def codegen(self) -> KindCodegen:
+        return KindCodegen(self.blocks, self.lines)
+
+    def blocks(self, kernel: TritonKernel, node, numel, rnumel, interpret: bool):
+        tiles = -(-self.ysize // self.yblock) * -(-self.xsize // self.xblock)
+        kernel.numel = sympy.Integer(tiles)  # the launch: one program per tile
+        return {"XBLOCK": 1, "num_warps": self.num_warps}, None
+
+    def lines(self, kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
+        n = len(kernel.sizes) - self.split  # kernel.sizes: the outermost first
+        tiles_x = -(-self.xsize // self.xblock)
+        pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+        return [
+            f"pid = {pid}",
+            f"yindex = (pid // {tiles_x}) * {self.yblock}"
+            f" + tl.arange(0, {self.yblock})[:, None]",
+            f"xindex = (pid % {tiles_x}) * {self.xblock}"
+            f" + tl.arange(0, {self.xblock})[None, :]",
+            f"xmask = (yindex < {self.ysize}) & (xindex < {self.xsize})",
+            *_definitions(kernel.variables[:n], kernel.sizes[:n], "yindex"),
+            *_definitions(kernel.variables[n:], kernel.sizes[n:], "xindex"),
+            *kernel.lines,
+        ]
+
+
+def plan_tile(node, kernel: TritonKernel, interpret: bool) -> Tile | None:
+    """A 2-D tile for a pointwise kernel whose reads and writes disagree, or None."""
+    sizes = kernel.sizes
+    if kernel.kind is not KernelKind.POINTWISE or len(sizes) < 2:
+        return None
+    if not all(sympy.sympify(s).is_Integer for s in sizes):
+        return None
+    split = tile_split(node, sizes)
+    if split is None:
+        return None
+    xsize = int(product(sizes[len(sizes) - split :]))
+    ysize = int(product(sizes[: len(sizes) - split]))
+    if min(xsize, ysize) < TILE_SIDE:
+        return None
+    side = 128 if interpret else 64
+    yblock, xblock = (min(side, next_power_of_2(s)) for s in (ysize, xsize))
+    warps = 8 if yblock * xblock >= 4096 else 4
+    return Tile(split, ysize, xsize, yblock, xblock, warps)

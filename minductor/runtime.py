@@ -593,7 +593,7 @@ def autotune(
 def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
     """(meta, comment) for a GeneratedKernel: the measured winner where possible."""
     meta = dict(kernel.meta)
-    if kernel.kind is KernelKind.TEMPLATE:  # its tiles were chosen when it was lowered
+    if kernel.kind is KernelKind.TEMPLATE or kernel.tile:  # one program per tile
         return meta, ""
     devices = {device.type for *_, device in layouts}
     why = None
