@@ -324,7 +324,7 @@ def choose_tiles(a: Buffer, b: Buffer, allow_cublas: bool) -> TileConfig | None:
     x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
             ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
     shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
-    time_one = _timer(a, b, x, y, shape)
+    time_one = _timer(a, b, x, y, shape, candidates)
     choices = [dataclasses.asdict(c) for c in candidates]
     choices += [{"cublas": 1}] if allow_cublas else []
     text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
@@ -343,10 +343,12 @@ def choose_tiles(a: Buffer, b: Buffer, allow_cublas: bool) -> TileConfig | None:
     return chosen
 
 
-def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str):
+def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates):
+    from concurrent.futures import ThreadPoolExecutor
+
     from triton.testing import do_bench
 
-    from minductor.runtime import launch, load_module, rand_strided
+    from minductor.runtime import launch, launcher_for, load_module, rand_strided
 
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
@@ -356,22 +358,38 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str):
         xs = [rand_strided(size, stride, device, dtype) for size, stride in sizes]
         out = torch.empty(bsz * m * n, dtype=dtype, device=device)
     bench = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
+    kernels: dict[TileConfig, tuple] = {}  # each candidate's kernel and its programs
+
+    def build(cfg: TileConfig) -> None:
+        lines = matmul_lines(bsz, m, n, k, x, y, cfg, _precision(dtype), False)
+        lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
+        module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
+        tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+        kernels[cfg] = (module.kernel, tiles)
+        try:
+            with torch.cuda.device(device):  # a new thread starts on GPU 0
+                warps = cfg.num_warps
+                launcher = launcher_for(module.kernel, (tiles,), (), 1, None, warps)
+                launcher.warm_up(*xs, out, tiles)
+        except Exception as error:  # its timing fails too, and drops it
+            log.info("minductor: matmul %s: template %s does not compile: %s",
+                     shape, cfg, str(error).splitlines()[0])  # fmt: skip
 
     def time_one(choice: dict) -> float:
         if "cublas" in choice:
             ms = bench(lambda: torch.matmul(*xs))
             log.info("minductor: matmul %s: cuBLAS %.1f us", shape, ms * 1e3)
             return ms
+        if not kernels:  # the first template asked for: compile them all at once
+            with fake_off(), ThreadPoolExecutor(max(1, config.compile_threads)) as pool:
+                list(pool.map(build, candidates))
         cfg = TileConfig(**choice)
-        lines = matmul_lines(bsz, m, n, k, x, y, cfg, _precision(dtype), False)
-        lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
-        module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
-        tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+        kernel, tiles = kernels[cfg]
 
         def run():
-            launch(module.kernel, tiles, *xs, out, XBLOCK=1, num_warps=cfg.num_warps)
+            launch(kernel, tiles, *xs, out, XBLOCK=1, num_warps=cfg.num_warps)
 
-        run()  # compiles
+        run()
         torch.cuda.synchronize()
         ms = bench(run)
         log.info("minductor: matmul %s: template %s %.1f us", shape, cfg, ms * 1e3)
