@@ -723,7 +723,8 @@ def tile_split(node: BaseSchedulerNode, sizes: tuple) -> int | None:
             strides = [_stride(dep.index, name) for name in names]
             if dep in member.writes and strides[0] != 1:
                 return None  # a write not contiguous along x0
-            if dep in member.reads and strides[0] != 1 and 1 in strides[1:]:
+            across = strides[0] is not None and strides[0] not in (0, 1)
+            if dep in member.reads and across and 1 in strides[1:]:
                 d = strides.index(1, 1)
                 split = d if split is None else min(split, d)
     return split

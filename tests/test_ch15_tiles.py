@@ -62,6 +62,7 @@ def test_a_bool_transpose_is_tiled_too(device):
 UNTILED = {
     "contiguous": (lambda x, y: x + y, [(33, 65), (33, 65)]),
     "broadcast row": (lambda x, b: x * b, [(33, 65), (65,)]),
+    "broadcast column": (lambda x, s: x * s, [(33, 65), (33, 1)]),
     "a side under 16": (lambda x: x.t().contiguous(), [(40, 9)]),
     "one dimension": (lambda x: x.flip(0) + 1, [(300,)]),
 }
@@ -92,6 +93,7 @@ SIZES = (4, 33, 65)  # outermost first: x2, x1, x0
         (x0 + 65 * x1 + 2145 * x2, x2 + 4 * x0 + 260 * x1, 2),  # along x2: x0 and x1
         (x0 + 65 * x1, x0 + 65 * x1, None),  # agree
         (x0 + 65 * x1, sympy.Integer(7), None),  # one address for every lane
+        (x0 + 65 * x1, x1, None),  # a per-row value, broadcast along x0: no tile
         (x0 + 65 * x1, 2 * x0 + 130 * x1, None),  # strided, but along no loop by one
         (65 * x0 + x1, x0 + 33 * x1, None),  # the write is not contiguous along x0
         (x0 + 65 * x1, FloorDiv(x0, 2) + x1, None),  # not affine: no stride to go by
