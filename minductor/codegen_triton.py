@@ -26,6 +26,7 @@ from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,
     SizeVarAllocator,
+    affine_coefficients,
     bound_sympy,
     index_dtype,
     product,
@@ -699,15 +700,12 @@ def pointwise_config(numel: int, interpret: bool = False) -> dict[str, int]:
 TILE_SIDE = 16  # the shortest side of a tile worth making
 
 
-def _stride(index: sympy.Expr, name: str) -> sympy.Expr | None:
-    """How far index moves when the loop variable `name` grows by one, if affine."""
-    if index.has(FloorDiv, ModularIndexing):
-        return None
-    var = {s.name: s for s in index.free_symbols}.get(name)
-    if var is None:
-        return sympy.Integer(0)
-    step = sympy.expand(index.subs(var, var + 1) - index)
-    return None if step.free_symbols else step
+def _strides(index: sympy.Expr, names: list[str]) -> list[sympy.Expr | None]:
+    """Each loop variable's stride in index (chapter 4); None for all if not affine."""
+    by_name = {s.name: s for s in index.free_symbols}
+    variables = [by_name.get(name, sympy.Symbol(name)) for name in names]
+    affine = affine_coefficients(index, variables)
+    return list(affine[1]) if affine is not None else [None] * len(names)
 
 
 def tile_split(node: BaseSchedulerNode, sizes: tuple) -> int | None:
@@ -720,7 +718,7 @@ def tile_split(node: BaseSchedulerNode, sizes: tuple) -> int | None:
                 continue
             if is_indirect(dep.index):
                 return None
-            strides = [_stride(dep.index, name) for name in names]
+            strides = _strides(dep.index, names)
             if dep in member.writes and strides[0] != 1:
                 return None  # a write not contiguous along x0
             across = strides[0] is not None and strides[0] not in (0, 1)

@@ -507,7 +507,7 @@ def benchmark(fn: Callable[[], object], times: int = 10, repeat: int = 10) -> fl
 
 
 _skipped: set[str] = set()  # reasons already logged
-_KERNEL_HEADER = """import triton
+KERNEL_HEADER = """import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
@@ -611,7 +611,7 @@ def autotune_kernel(kernel, layouts, symbol_hints, sizes, timer=None):
     numel, rnumel = sizes
     kind = kernel.kind
     source = kernel.source.replace("KERNEL_NAME", "kernel")
-    module = load_module(_KERNEL_HEADER + source)
+    module = load_module(KERNEL_HEADER + source)
     # compiling happens inside Dynamo's fake mode, where a new tensor has no memory
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     with fake_off():

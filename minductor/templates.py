@@ -295,12 +295,8 @@ def candidate_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> list[TileConf
     return found
 
 
-_PLAIN = """import triton
-import triton.language as tl
-
-from minductor import triton_helpers as helpers
-
-
+# the template alone, storing its tile: chapter 19's header, then this signature
+_PLAIN = """
 @triton.jit
 def kernel(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 """
@@ -348,7 +344,13 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates)
 
     from triton.testing import do_bench
 
-    from minductor.runtime import launch, launcher_for, load_module, rand_strided
+    from minductor.runtime import (
+        KERNEL_HEADER,
+        launch,
+        launcher_for,
+        load_module,
+        rand_strided,
+    )
 
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
@@ -363,7 +365,8 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates)
     def build(cfg: TileConfig) -> None:
         lines = matmul_lines(bsz, m, n, k, x, y, cfg, _precision(dtype), False)
         lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
-        module = load_module(_PLAIN + "\n".join("    " + line for line in lines) + "\n")
+        body = "\n".join("    " + line for line in lines)
+        module = load_module(KERNEL_HEADER + _PLAIN + body + "\n")
         tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
         kernels[cfg] = (module.kernel, tiles)
         try:

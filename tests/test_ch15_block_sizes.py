@@ -329,7 +329,7 @@ def test_launch_keeps_a_launcher_per_number_of_warps():
     x = torch.randn(64, 64)
     (kernel,) = _kernels(lambda x: (x.sin(),), x, interpret=True)
     module = runtime.load_module(
-        runtime._KERNEL_HEADER + kernel.source.replace("KERNEL_NAME", "kernel")
+        runtime.KERNEL_HEADER + kernel.source.replace("KERNEL_NAME", "kernel")
     )
     out = torch.empty(4096)
     for warps in (2, 4):
