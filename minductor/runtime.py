@@ -551,10 +551,25 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def autotune_path(source: str, sizes: tuple, device: str) -> Path:
-    key = f"{source}\n{sizes}\n{device}".encode()
+def autotune_path(source: str, sizes: tuple, device: str, candidates: list) -> Path:
+    listed = json.dumps(candidates, sort_keys=True)
+    key = f"{source}\n{sizes}\n{device}\n{listed}".encode()
     name = hashlib.sha256(key).hexdigest()[:20]
     return Path(config.cache_dir) / "autotune" / f"{name}.json"
+
+
+def _read_winner(path: Path, candidates: list) -> dict | None:
+    """The winner kept at path, or None if there is none or it cannot be read."""
+    try:
+        kept = json.loads(path.read_text())
+        if kept["config"] in candidates:
+            return kept
+        raise ValueError(f"its winner {kept['config']} is not a candidate")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("minductor: autotune entry %s is damaged, timing again: %s", path, error)
+        return None
 
 
 class AutotuneFailed(RuntimeError):
@@ -569,9 +584,10 @@ def autotune(
     time_one: Callable[[dict[str, int]], float],
 ) -> dict:
     """The fastest candidate, by time_one (ms), measured once and kept on disk."""
-    path = autotune_path(source, sizes, device)
-    if path.exists():
-        return {**json.loads(path.read_text()), "cached": True}
+    path = autotune_path(source, sizes, device, candidates)
+    kept = _read_winner(path, candidates)
+    if kept is not None:
+        return {**kept, "cached": True}
     timings, failure = [], None
     for cfg in candidates:
         try:

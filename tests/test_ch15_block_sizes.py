@@ -187,16 +187,40 @@ def test_autotune_measures_once_and_keeps_the_winner_on_disk(tmp_path):
         assert first["config"] == {"XBLOCK": 64, "num_warps": 2}
         assert first["tried"] == 8 and not first["cached"]
         assert first["rule_ms"] == pytest.approx(1.284)
-        path = autotune_path("src", (4096, 1), "GPU")
+        path = autotune_path("src", (4096, 1), "GPU", candidates)
         assert path.parent == tmp_path / "autotune"
         assert json.loads(path.read_text())["config"] == first["config"]
         again = autotune("src", (4096, 1), "GPU", candidates, fake_timer)
         assert len(calls) == 9  # read from disk, not measured
         assert again["cached"] and again["config"] == first["config"]
-        # another source, size or GPU is another entry
-        assert autotune_path("src2", (4096, 1), "GPU") != path
-        assert autotune_path("src", (4097, 1), "GPU") != path
-        assert autotune_path("src", (4096, 1), "other GPU") != path
+        # another source, size, GPU or list of candidates is another entry
+        assert autotune_path("src2", (4096, 1), "GPU", candidates) != path
+        assert autotune_path("src", (4097, 1), "GPU", candidates) != path
+        assert autotune_path("src", (4096, 1), "other GPU", candidates) != path
+        assert autotune_path("src", (4096, 1), "GPU", candidates[:-1]) != path
+        fewer = autotune("src", (4096, 1), "GPU", candidates[:3], fake_timer)
+        assert len(calls) == 12 and not fewer["cached"]  # its three, timed
+
+
+@pytest.mark.parametrize("damage", ["", "{", '{"ms": 1}', '{"config": {"XBLOCK": 7}}', "[]"])
+def test_a_damaged_autotune_entry_is_timed_again_with_a_warning(damage, tmp_path, caplog):
+    candidates = candidate_configs(POI, 4096, 1, {"XBLOCK": 128, "num_warps": 4})
+    calls = []
+
+    def timer(cfg):
+        calls.append(cfg)
+        return cfg["XBLOCK"] / 100 + cfg["num_warps"] / 1000
+
+    with config.patch({"cache_dir": str(tmp_path)}):
+        path = autotune_path("src", (4096, 1), "GPU", candidates)
+        path.parent.mkdir(parents=True)
+        path.write_text(damage)
+        with caplog.at_level(logging.WARNING, logger="minductor"):
+            found = autotune("src", (4096, 1), "GPU", candidates, timer)
+        assert not found["cached"] and len(calls) == len(candidates)
+        assert found["config"] == min(candidates, key=timer)
+        assert "damaged, timing again" in caplog.text
+        assert autotune("src", (4096, 1), "GPU", candidates, timer)["cached"]  # rewritten
 
 
 def test_autotune_with_no_candidate_that_runs_keeps_nothing_and_says_why(tmp_path):
@@ -207,7 +231,7 @@ def test_autotune_with_no_candidate_that_runs_keeps_nothing_and_says_why(tmp_pat
     with config.patch({"cache_dir": str(tmp_path)}):
         with pytest.raises(AutotuneFailed, match="every configuration failed.*cannot"):
             autotune("src", (4096, 1), "GPU", candidates, broken)
-        assert not autotune_path("src", (4096, 1), "GPU").exists()
+        assert not autotune_path("src", (4096, 1), "GPU", candidates).exists()
 
 
 def test_max_autotune_on_cpu_is_skipped_with_a_log_line(caplog, tmp_path):

@@ -357,3 +357,46 @@ def test_on_the_gpu_the_choices_are_timed_logged_and_kept_on_disk(
         compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=1e-2)
     assert any("won" in r and "(cached)" in r for r in caplog.messages)
     assert not any("template 128x" in r for r in caplog.messages)  # nothing re-timed
+
+
+def _mm_node(fn, *shapes):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(fn)(*(torch.randn(s) for s in shapes))
+    products = [n for n in gm.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    return products[0]  # the first product, whose readers the case is about
+
+
+aten = torch.ops.aten
+READERS = {  # what reads the product -> whether cuBLAS's path pays an epilogue's pass
+    "relu": (lambda a, b: torch.relu(a @ b), True),
+    "view then add": (lambda a, b: (a @ b).view(-1) + 1, True),
+    "two pointwise readers": (lambda a, b: (lambda p: (p.sin(), p.view(-1).cos()))(a @ b), True),
+    "linear then gelu": (lambda a, b: F.gelu(F.linear(a, b.t(), b[0])), True),
+    "returned": (lambda a, b: a @ b, False),
+    "returned and relu": (lambda a, b: (lambda p: (p, torch.relu(p)))(a @ b), False),
+    "a reduction": (lambda a, b: (a @ b).sum(1), False),
+    "another matmul": (lambda a, b: (a @ b) @ b, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READERS))
+def test_an_epilogue_is_readers_that_are_all_pointwise(case):
+    fn, expected = READERS[case]
+    node = _mm_node(lambda a, b: fn(a, b), (5, 4), (4, 4))
+    assert templates.has_epilogue(node) is expected
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_cublas_is_timed_with_its_epilogues_pass(caplog, tmp_path):
+    a, b = torch.randn(16, 768, device="cuda"), torch.randn(768, 3072, device="cuda")
+    options = {"max_autotune": True, "cache_dir": str(tmp_path)}
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        compile_and_compare(lambda a, b: F.gelu(a @ b), a, b, options=options, tol=1e-2)
+        compile_and_compare(lambda a, b: (a @ b) * 2, a, b, options=options, tol=1e-2)
+        compile_and_compare(lambda a, b: (a @ b).sum(0), a, b, options=options, tol=1e-2)
+    passes = [r for r in caplog.messages if "epilogue's pass" in r]
+    timed = [r for r in caplog.messages if "cuBLAS" in r and " us" in r and "won" not in r]
+    assert len(passes) == 1  # the second compile's key is the first's: read from disk
+    assert any("(cached)" in r for r in caplog.messages)
+    assert len(timed) == 2  # and the sum's product, which has no epilogue, alone

@@ -297,7 +297,7 @@ def in_your_order(fn, *args):
     """fn compiled with the template in your order and run: (result, kernel source)."""
     torch._dynamo.reset()
     with (
-        mock.patch.object(templates, "choose_tiles", lambda a, b, allow_cublas: TILES),
+        mock.patch.object(templates, "choose_tiles", lambda a, b, **how: TILES),
         mock.patch.object(templates, "matmul_lines", with_your_order),
         record_compiled() as graphs,
     ):
