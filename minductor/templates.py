@@ -339,7 +339,8 @@ def choose_tiles(
     try:
         with fake_off():
             name = torch.cuda.get_device_name(device)
-            won = autotune("\n".join(text), (bsz, m, n, k), name, choices, time_one)
+            sizes = (bsz, m, n, k, str(dtype))  # bf16 and fp16 may share a text
+            won = autotune("\n".join(text), sizes, name, choices, time_one)
     except AutotuneFailed as why:
         log.warning("minductor: matmul %s: nothing could be timed: %s", shape, why)
         return None if allow_cublas else candidates[0]

@@ -400,3 +400,14 @@ def test_on_the_gpu_cublas_is_timed_with_its_epilogues_pass(caplog, tmp_path):
     assert len(passes) == 1  # the second compile's key is the first's: read from disk
     assert any("(cached)" in r for r in caplog.messages)
     assert len(timed) == 2  # and the sum's product, which has no epilogue, alone
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_a_product_of_another_dtype_is_timed_apart(caplog, tmp_path):
+    options = {"max_autotune": True, "cache_dir": str(tmp_path)}
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = (torch.randn(256, 256, device="cuda", dtype=dtype) for _ in range(2))
+        with caplog.at_level(logging.INFO, logger="minductor"):
+            compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=5e-2)
+    won = [r for r in caplog.messages if "1x256x256x256" in r and " won, " in r]
+    assert len(won) == 2 and not any("(cached)" in r for r in won)

@@ -208,6 +208,21 @@ def test_markdown_and_svg():
     assert [b.get("class") for b in bars] == ["bar inductor", "bar minductor"]
 
 
+def test_summary_without_eager_rows_reads_eagers_time_from_the_speed_ups():
+    rows = [  # --backends inductor minductor: eager ran, and kept no row
+        Row("gpt2", "inference", "bf16", "inductor", step_ms=2.0, speedup=3.0, cold_s=9.0),
+        Row("gpt2", "inference", "bf16", "minductor", step_ms=1.5, speedup=4.0, cold_s=3.0),
+        Row("bert", "inference", "bf16", "inductor", step_ms=1.0, speedup=2.0),
+        Row("bert", "inference", "bf16", "minductor", step_ms=2.0, speedup=1.0),
+    ]
+    lines = models.summary(rows)
+    assert len(lines) == 2 + 2
+    gpt2 = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert gpt2[2:8] == ["6.00", "2.00", "1.50", "4.00x", "1.33x", "9.0 / 3.0"]
+    bert = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert bert[2:7] == ["2.00", "1.00", "2.00", "1.00x", "0.50x"]
+
+
 def test_flags():
     args = parse_args([])
     assert args.mode == args.dtype == "both" and not args.tiny and args.timeout == 600

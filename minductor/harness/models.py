@@ -562,7 +562,7 @@ def summary(rows: list[Row]) -> list[str]:
         last = children[-1] if children else {}
         key = (r.model, r.mode, r.dtype)
         same = all((g.model, g.mode, g.dtype) == key for g in last.values())
-        if r.backend == "eager" or not same or r.backend in last:
+        if not children or r.backend == "eager" or not same or r.backend in last:
             children.append({})
         children[-1][r.backend] = r
     header = ["model", "mode", "eager ms", "Inductor ms", "minductor ms", "vs eager"]
@@ -571,13 +571,14 @@ def summary(rows: list[Row]) -> list[str]:
     body = []
     for child in children:
         e, i, m = (child.get(k) for k in BACKENDS)
-        if m is None or m.status != "ok" or e is None:
+        if m is None or m.status != "ok":
             continue
-        shape = e.shape or m.shape
+        shape = (e and e.shape) or m.shape
         name = NAMES.get(m.model, m.model) + (f" ({shape})" if shape else "")
         graphed = m.compile_mode not in ("", "default")
         how = m.mode + (f", {m.compile_mode}" if graphed else "")
-        times = [fmt(r.step_ms if r else None, ".2f") for r in (e, i, m)]
+        eager_ms = e.step_ms if e else m.step_ms * m.speedup  # a run that kept no eager row
+        times = [fmt(ms, ".2f") for ms in (eager_ms, i and i.step_ms, m.step_ms)]
         vs = i.step_ms / m.step_ms if i and i.step_ms and m.step_ms else None
         cold = f"{fmt(i.cold_s if i else None, '.1f')} / {fmt(m.cold_s, '.1f')}"
         peaks = " / ".join(fmt(r.peak_mib if r else None, ".0f") for r in (e, i, m))
