@@ -28,6 +28,7 @@ from minductor import (  # noqa: E402, F401
     partition,  # ch. 21: not a lowering; joins capture's graph_splitters
     debug,  # ch. 22: debug folders, torch's logs and traces, explain
     templates,  # ch. 23: matmul templates; takes mm, bmm and addmm over from ch. 12
+    cache,  # ch. 24: compiled graphs kept on disk; joins capture's graph_caches
 )
 
 

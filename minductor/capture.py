@@ -51,6 +51,10 @@ _observers: list[list[CompiledGraph]] = []
 # called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
 # chapter 22 writes debug folders and logs from here
 compile_hooks = PIPELINE["compile_hooks"]
+# each cache.key(gm, example_inputs, shape_env, user_visible) names a graph (None: this
+# one is not kept), cache.load(key, gm) reads it back, cache.save(key, gm, compiled,
+# warm_ups) keeps it: chapter 24 keeps compiled graphs on disk
+graph_caches = PIPELINE["graph_caches"]
 
 
 @contextlib.contextmanager
@@ -101,6 +105,13 @@ def compile_fx(
 
 
 def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
+    keys = [(c, c.key(gm, example_inputs, shape_env, user_visible)) for c in graph_caches]
+    for cache, key in keys:
+        kept = cache.load(key, gm) if key else None
+        if kept is not None:
+            for found in _observers:
+                found.append(kept)
+            return kept
     for rewrite in aten_passes:
         rewrite(gm)
     graph = GraphLowering(gm, example_inputs, shape_env, user_visible).lower()
@@ -132,6 +143,9 @@ def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
         found.append(compiled)
     for hook in compile_hooks:
         hook(gm, graph, scheduler, wrapper, compiled)
+    for cache, key in keys:
+        if key:
+            cache.save(key, gm, compiled, wrapper.warm_ups())
     return compiled
 
 

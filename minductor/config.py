@@ -1,4 +1,4 @@
-# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md, chapters/23_templates.md — edit there
+# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md, chapters/23_templates.md, chapters/24_cache.md — edit there
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ log = logging.getLogger("minductor")
 
 
 def _default_cache_dir() -> str:
+    if os.environ.get("MINDUCTOR_CACHE_DIR"):
+        return os.environ["MINDUCTOR_CACHE_DIR"]
     user = os.environ.get("USER", "user")
     return os.path.join(tempfile.gettempdir(), f"minductor_{user}")
 
@@ -69,6 +71,8 @@ class Config:
     # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
     # template), or both, "ATEN,TRITON" (Inductor's default): the faster, measured
     max_autotune_gemm_backends: str = "ATEN,TRITON"
+    # keep compiled graphs on disk, under cache_dir, and read them back (chapter 24)
+    graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
 
 
     @contextlib.contextmanager

@@ -123,6 +123,7 @@ PIPELINE = Pipeline(
         Hook("graph_passes", "1", "rewrite Dynamo's graph before it is traced"),
         Stage("AOTAutograd", "1, 2", "ATen, decomposed; forward apart from backward"),
         Hook("graph_splitters", "1", "take a graph to compile in pieces"),
+        Hook("graph_caches", "1", "a graph compiled before, read back from disk"),
         Hook("aten_passes", "1", "rewrite an ATen graph before it is lowered"),
         Stage("GraphLowering", "6–13, 23", "each ATen op becomes IR"),
         Hook("layout_decisions", "6", "whether the graph's images go channels-last"),

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,14 @@ def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write text to path so that no reader ever sees half of it: under a name of this
+    writer's own (process and thread), then renamed, which replaces a file at once."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def module_path(source: str) -> Path:
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     return Path(config.cache_dir) / f"c{digest}.py"
@@ -45,9 +54,7 @@ def load_module(source: str) -> ModuleType:
         return _modules[key]
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(source)
-        tmp.replace(path)  # atomic: a concurrent reader never sees half a file
+        write_whole(path, source)
     spec = importlib.util.spec_from_file_location(f"minductor_generated.{key}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -600,9 +607,7 @@ def autotune(
     ms, best = min(timings, key=lambda t: t[0])
     result = {"config": best, "ms": ms, "rule_ms": timings[0][0], "tried": len(timings)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(path)
+    write_whole(path, json.dumps(result))
     return {**result, "cached": False}
 
 

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.ch01
 BOOK = {
     "graph_passes": [("fold_attention_masks", 12)],
     "graph_splitters": [("split_for_cudagraphs", 21)],
+    "graph_caches": [("graph_cache", 24)],
     "aten_passes": [
         ("build_on_the_device", 8),
         ("fuse_softmax_stats", 10),
@@ -143,7 +144,7 @@ def test_the_table_is_the_same_whatever_order_the_modules_are_imported_in():
         package = types.ModuleType("minductor")
         package.__path__ = [root]
         sys.modules["minductor"] = package  # the modules alone, not __init__'s order
-        for name in ["templates", "debug", "partition", "cudagraphs", "memory",
+        for name in ["cache", "templates", "debug", "partition", "cudagraphs", "memory",
                      "codegen_reductions",
                      "convnets", "extern", "indexing", "reductions", "views", "factories",
                      "pointwise", "capture"]:

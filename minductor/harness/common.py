@@ -100,13 +100,14 @@ def fresh_cache_env() -> dict[str, str]:
 
 def use_fresh_caches() -> None:
     """In a process started with fresh_cache_env: minductor's cache there too, and no
-    FX graph cache for Inductor."""
+    graph cache for either compiler (a cold compile is a compile)."""
     import torch._inductor.config as inductor_config
 
     from minductor.config import config
 
     config.cache_dir = os.path.join(os.environ[CACHES], "minductor")
     inductor_config.fx_graph_cache = False
+    config.graph_cache = False
 
 
 def warm_up(backends, device: str) -> None:
