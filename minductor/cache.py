@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections import Counter
 import json
 import sys
 from pathlib import Path
@@ -127,12 +128,14 @@ def _path(key: str) -> Path:
 
 
 _refused: set[str] = set()  # directories that refused a write: warned once each
+counters: Counter = Counter()  # hits, misses, damaged entries, graphs not kept
 
 
 class GraphCache:
     def key(self, gm, example_inputs, shape_env, user_visible) -> str | None:
         why = why_not_kept(shape_env)
         if why is not None:
+            counters["not kept"] += 1
             log.debug("minductor: graph cache: not kept: %s", why)
             return None
         return graph_key(gm, example_inputs, user_visible)
@@ -145,14 +148,17 @@ class GraphCache:
             held = [_attribute(gm, name) for name in entry["held"]]
             module = load_module(entry["source"])
             warm_ups = [_from_json(w) for w in entry["warm_ups"]]
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            counters["miss"] += 1
             log.info("minductor: graph cache miss %s", key[:12])
             return None
         except Exception as error:  # damaged: compiled again, and written over
+            counters["damaged"] += 1
             log.warning("minductor: graph cache entry %s is damaged (%s: %s); "
                         "compiling", path, type(error).__name__, error)  # fmt: skip
             return None
         precompile(module, warm_ups, torch.device(entry["device"]))
+        counters["hit"] += 1
         log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
                  len(entry["kernel_names"]))  # fmt: skip
         return CompiledGraph(
