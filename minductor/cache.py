@@ -78,7 +78,7 @@ def why_not_kept(shape_env) -> str | None:
 
 
 def graph_key(gm, example_inputs, user_visible) -> str:
-    inputs = [_tensor(x, values=False) if isinstance(x, torch.Tensor) else repr(x)
+    inputs = [_tensor(x, False) if isinstance(x, torch.Tensor) else repr(x)
               for x in example_inputs]  # fmt: skip
     attributes = [_attribute(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     held = [_tensor(t, True) for t in attributes if isinstance(t, torch.Tensor)]
