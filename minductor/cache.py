@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import triton
 
+from minductor import debug
 from minductor.capture import CompiledGraph, graph_caches
 from minductor.config import config, log
 from minductor.lowering import lowerings
@@ -67,6 +68,10 @@ def why_not_kept(shape_env) -> str | None:
         return "sizes are symbols, whose guards a graph read back would not add"
     if config.debug:
         return "debug output comes from the stages a graph read back skips"
+    if debug.debug_root() is not None or debug._reporters:
+        return "a debug folder or explain's report reads the stages"
+    if any(found.isEnabledFor(10) for found in debug.artifact_logs.values()):
+        return "TORCH_LOGS asks for what the stages print"
     for stage in PIPELINE:
         for p in stage.passes() if stage.hook else []:
             if p.chapter == float("inf") or _outside(p.fn):
@@ -161,9 +166,12 @@ class GraphCache:
         counters["hit"] += 1
         log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
                  len(entry["kernel_names"]))  # fmt: skip
+        call = debug._in_profiler_range(  # as chapter 22 labels a fresh compile's
+            module.call, f"## Call CompiledFxGraph {Path(module.__file__).stem} ##"
+        )
         return CompiledGraph(
             entry["source"], module.__file__, entry["kernel_names"],
-            entry["fallbacks"], entry["fusion_log"], module.call, held,
+            entry["fallbacks"], entry["fusion_log"], call, held,
         )  # fmt: skip
 
 

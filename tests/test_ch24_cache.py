@@ -194,6 +194,24 @@ def test_graphs_that_cannot_be_named_are_not_kept(why, on, monkeypatch):
     assert not (on / "graphs").exists()
 
 
+def test_explain_and_torch_logs_see_a_full_compile_with_the_cache_on(on, capfd):
+    import minductor
+
+    x = torch.randn(6, 5)
+    for _ in range(2):  # the second would hit, and explain would have nothing to read
+        torch._dynamo.reset()
+        report = minductor.explain(lambda x: torch.sin(x) + 1, x)
+        assert report.graphs and report.graphs[0].kernels, report
+    assert not (on / "graphs").exists()
+    torch._logging.set_logs(output_code=True)
+    try:
+        for _ in range(2):
+            run(torch.cos, x)
+    finally:
+        torch._logging.set_logs()
+    assert capfd.readouterr().err.count("def call(args)") == 2
+
+
 def test_writers_racing_on_one_entry_never_leave_half_a_file(on):
     x = torch.randn(5)
     _, graphs, _ = run(torch.sin, x)
