@@ -240,14 +240,16 @@ def baddbmm(graph, bias, a, b, *, beta=1, alpha=1):
     return extern_out(graph, aten.baddbmm.default, (bias, a, b), kwargs)
 
 
-def _is_pointwise_use(node: torch.fx.Node) -> bool:
-    return is_pointwise_use(node) and node.target in lowerings  # one we lower
+def read_by_pointwise_ops(node: torch.fx.Node) -> bool:
+    """Whether node has readers, through views (a Linear on 3-d), and every one is a
+    pointwise op we lower (chapter 23 asks too, for a template's epilogue)."""
+    found = list(readers(node))
+    return bool(found) and all(is_pointwise_use(r) and r.target in lowerings for r in found)
 
 
 @register_lowering(aten.addmm, graph=True, extern=True)
 def addmm(graph, bias, a, b, *, beta=1, alpha=1):
-    found = list(readers(graph.current_node))  # through views: a Linear on 3-d
-    unfuse = found and all(map(_is_pointwise_use, found))
+    unfuse = read_by_pointwise_ops(graph.current_node)
     split = unfuse or (needs_padding(a, b) and not per_column(bias, a, b))
     if beta == 1 and alpha == 1 and split:
         return add(extern_out(graph, aten.mm.default, (a, b), {}), bias)

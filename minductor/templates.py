@@ -28,12 +28,11 @@ from minductor.ir import (
     ReinterpretBuffer,
     TensorBox,
 )
-from minductor.lowering import lowerings, readers, register_lowering
+from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
 from minductor.pointwise import add
 from minductor.runtime import interpret_mode
 from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
-from minductor.views import is_pointwise_use
 
 aten = torch.ops.aten
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -266,15 +265,10 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
         log.info("minductor: matmul by cuBLAS, not the template: %s", why)
         return None
     a, b = graph.realize_viewed(a), graph.realize_viewed(b)
-    epilogue = graph.current_node is not None and has_epilogue(graph.current_node)
+    node = graph.current_node
+    epilogue = node is not None and extern.read_by_pointwise_ops(node)
     cfg = choose_tiles(a, b, allow_cublas="ATEN" in backends, epilogue=epilogue)
     return None if cfg is None else matmul_template(graph, a, b, cfg)
-
-
-def has_epilogue(node: torch.fx.Node) -> bool:
-    """Whether every reader of node's product, through views, is a pointwise op."""
-    found = list(readers(node))
-    return bool(found) and all(is_pointwise_use(r) and r.target in lowerings for r in found)
 
 
 CANDIDATES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from helpers import DEVICES, INTERPRET, randn
 
-from minductor import templates
+from minductor import extern, templates
 from minductor.capture import record_compiled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch23]
@@ -384,7 +384,7 @@ READERS = {  # what reads the product -> whether cuBLAS's path pays an epilogue'
 def test_an_epilogue_is_readers_that_are_all_pointwise(case):
     fn, expected = READERS[case]
     node = _mm_node(lambda a, b: fn(a, b), (5, 4), (4, 4))
-    assert templates.has_epilogue(node) is expected
+    assert extern.read_by_pointwise_ops(node) is expected
 
 
 @pytest.mark.cuda
