@@ -54,9 +54,12 @@ def _reductions(x):
     return (
         x.sum(1), x.amax(0), x.argmax(1), x.argmin(0), torch.var_mean(x, 1),
         x.softmax(-1), x.log_softmax(0), torch.logsumexp(x, 1), x.prod(1),
-        x.any(1), (x > 0).all(0), x.norm(dim=1), x.cumsum(1), x.cumprod(0),
-        torch.logcumsumexp(x, 1),
+        x.any(1), (x > 0).all(0), x.norm(dim=1),
     )  # fmt: skip
+
+
+def _scans(x):  # the interpreter runs a scan's combine one element at a time: small
+    return x.cumsum(1), x.cumprod(0), torch.logcumsumexp(x, 1), (x > 0).long().cumsum(1)
 
 
 def _long_rows(x):  # looped and split reductions, a Welford over many elements
@@ -103,6 +106,8 @@ CASES = [
      lambda: (torch.rand(6, 5) > 0.5,)),
     ("reductions, float32", _reductions, lambda: (torch.randn(9, 130),)),
     ("reductions, bfloat16", _reductions, lambda: (torch.randn(9, 130).bfloat16(),)),
+    ("scans, float32", _scans, lambda: (torch.randn(5, 19),)),
+    ("scans, bfloat16", _scans, lambda: (torch.randn(5, 19).bfloat16(),)),
     ("long rows", _long_rows, lambda: (torch.randn(4, 70000),)),
     ("indexing", _indexing,
      lambda: (torch.randn(40, 9), torch.randint(0, 40, (11,)), torch.randn(11, 9))),
