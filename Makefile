@@ -18,21 +18,16 @@ unexport PYTHONDONTWRITEBYTECODE
 # torch is pinned here, before the editable install, so nothing picks a torch for
 # us (pyproject says only torch>=2.11). The rest goes in with uv, which fetches and
 # unpacks in parallel (about 10 s against pip's 80 s); pip does it if uv cannot.
-# Nothing is byte-compiled at install (all of site-packages takes a minute of CPU):
-# one process imports what the tests and the book use and compiles a small training
-# step, which leaves byte-code for the modules that import and a first compile load
-# (15 s), before the test workers would each compile them at once.
+# Then every package is byte-compiled on all cores at once (pip alone does it on one).
 # The jupyter kernel the exercise notebooks run on ships inside the venv
 # (ipykernel's python3 kernelspec), nothing to register.
-WARM_UP := import mkdocs.commands.build, material, markdown_exec, mkdocs_jupyter.plugin, pytest, xdist, hypothesis; \
-  import torch, minductor; x = torch.randn(3, requires_grad=True); \
-  torch.compile(lambda x: (x.sin() * 2).sum(), backend="minductor")(x).backward()
+SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --no-compile torch==2.13.0
 	($(PY) -m pip install -q uv && $(PY) -m uv pip install --python $(PY) -e ".[dev]") \
 	  || $(PY) -m pip install --no-compile -e ".[dev]"
-	TRITON_INTERPRET=1 MINDUCTOR_GRAPH_CACHE=0 $(PY) -c '$(WARM_UP)'
+	$(PY) -m compileall -q -j 0 "$(SITE_PACKAGES)" > /dev/null || true  # a few files are for other Pythons
 	touch $@
 
 demo: $(STAMP)
