@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._functorch.config
 import triton
+from torch._functorch._aot_autograd.schemas import MutationType, OutputType
+from torch.autograd.function import once_differentiable
 
 from minductor import debug
-from minductor.capture import CompiledGraph, graph_caches
+from minductor.capture import (
+    CompiledGraph,
+    GraphKind,
+    _observers,
+    aot_caches,
+    graph_caches,
+)
 from minductor.config import config, log
 from minductor.lowering import lowerings
 from minductor.pipeline import PIPELINE
@@ -82,28 +91,41 @@ def why_not_kept(shape_env) -> str | None:
     return None
 
 
-def graph_key(gm, example_inputs, user_visible) -> str:
-    inputs = [_tensor(x, False) if isinstance(x, torch.Tensor) else repr(x)
-              for x in example_inputs]  # fmt: skip
-    attributes = [_attribute(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
-    held = [_tensor(t, True) for t in attributes if isinstance(t, torch.Tensor)]
+def compiler_facts() -> dict[str, Any]:
+    """What names the compiler itself: its knobs, tables, source and surroundings."""
     knobs = {k: v for k, v in vars(config).items() if k not in ("cache_dir", "debug")}
     table = sorted(f"{op} {_name(fn)}" for op, fn in lowerings.items())
     hooks = [f"{s.name} {p.name} {_name(p.fn)}" for s in PIPELINE if s.hook
              for p in s.passes()]  # fmt: skip
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    named = {
-        "graph": gm.code,
-        "inputs": inputs,
-        "held": held,
-        "user_visible": None if user_visible is None else list(user_visible),
+    return {
         "config": {k: repr(v) for k, v in sorted(knobs.items())},
         "compiler": [table, hooks],
         "versions": [torch.__version__, triton.__version__, sys.version],
         "minductor": package_hash(),
         "machine": [gpu, interpret_mode(), torch.backends.cuda.matmul.allow_tf32],
     }
+
+
+def _held(gm) -> list:
+    attributes = [_attribute(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    return [_tensor(t, True) for t in attributes if isinstance(t, torch.Tensor)]
+
+
+def _hash(named: dict) -> str:
     return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def graph_key(gm, example_inputs, user_visible) -> str:
+    inputs = [_tensor(x, False) if isinstance(x, torch.Tensor) else repr(x)
+              for x in example_inputs]  # fmt: skip
+    return _hash({
+        "graph": gm.code,
+        "inputs": inputs,
+        "held": _held(gm),
+        "user_visible": None if user_visible is None else list(user_visible),
+        **compiler_facts(),
+    })  # fmt: skip
 
 
 def _warm_up(w: WarmUp) -> list:
@@ -146,13 +168,8 @@ class GraphCache:
         return graph_key(gm, example_inputs, user_visible)
 
     def load(self, key: str, gm) -> CompiledGraph | None:
-        path = _path(key)
         try:
-            entry = json.loads(path.read_text())
-            assert entry["key"] == key, "another key inside"
-            held = [_attribute(gm, name) for name in entry["held"]]
-            module = load_module(entry["source"])
-            warm_ups = [_from_json(w) for w in entry["warm_ups"]]
+            compiled = self.read(key, gm)
         except (FileNotFoundError, NotADirectoryError):
             counters["miss"] += 1
             log.info("minductor: graph cache miss %s", key[:12])
@@ -160,19 +177,31 @@ class GraphCache:
         except Exception as error:  # damaged: compiled again, and written over
             counters["damaged"] += 1
             log.warning("minductor: graph cache entry %s is damaged (%s: %s); "
-                        "compiling", path, type(error).__name__, error)  # fmt: skip
+                        "compiling", _path(key), type(error).__name__, error)  # fmt: skip
             return None
+        return self.hit(key, compiled)
+
+    def read(self, key: str, gm) -> CompiledGraph:
+        """The entry's graph, its kernels compiled ahead; raises if it is not whole."""
+        entry = json.loads(_path(key).read_text())
+        assert entry["key"] == key, "another key inside"
+        held = [_attribute(gm, name) for name in entry["held"]]
+        module = load_module(entry["source"])
+        warm_ups = [_from_json(w) for w in entry["warm_ups"]]
         precompile(module, warm_ups, torch.device(entry["device"]))
-        counters["hit"] += 1
-        log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
-                 len(entry["kernel_names"]))  # fmt: skip
         call = debug._in_profiler_range(  # as chapter 22 labels a fresh compile's
             module.call, f"## Call CompiledFxGraph {Path(module.__file__).stem} ##"
         )
         return CompiledGraph(
             entry["source"], module.__file__, entry["kernel_names"],
-            entry["fallbacks"], entry["fusion_log"], call, held,
+            entry["fallbacks"], entry["fusion_log"], call, held, key,
         )  # fmt: skip
+
+    def hit(self, key: str, compiled: CompiledGraph) -> CompiledGraph:
+        counters["hit"] += 1
+        log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
+                 len(compiled.kernel_names))  # fmt: skip
+        return compiled
 
 
     def save(self, key: str, gm, compiled: CompiledGraph, warm_ups) -> None:
@@ -200,4 +229,202 @@ class GraphCache:
                             path.parent, error)  # fmt: skip
 
 
-graph_caches.register(GraphCache(), chapter=24, name="graph_cache")
+GRAPHS = GraphCache()
+graph_caches.register(GRAPHS, chapter=24, name="graph_cache")
+
+
+def why_not_wired(gm, example_inputs) -> str | None:
+    """Why the wiring of a Dynamo graph cannot be kept (None: it can)."""
+    if not config.graph_cache:
+        return "the graph cache is off (config.graph_cache)"
+    if not all(type(x) in (torch.Tensor, torch.nn.Parameter) for x in example_inputs):
+        return "an input is not a plain tensor (a size, a list, a subclass)"
+    if any(isinstance(s, torch.SymInt) for x in example_inputs for s in x.shape):
+        return "sizes are symbols"
+    storages = [x.untyped_storage()._cdata for x in example_inputs]
+    if len(set(storages)) < len(storages):
+        return "two inputs share memory"
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        return "the graph holds parameters of its own"
+    if torch._C._is_any_autocast_enabled():
+        return "autocast is on"
+    return why_not_kept(None)
+
+
+def aot_key(gm, example_inputs, needs_grad: bool) -> str:
+    traced = torch._functorch.config.get_config_copy()
+    return _hash({
+        "dynamo graph": gm.code,
+        "inputs": [[*_tensor(x, False), x.requires_grad, type(x).__name__]
+                   for x in example_inputs],
+        "held": _held(gm),
+        "grad": [needs_grad, torch.is_grad_enabled(),
+                 torch.are_deterministic_algorithms_enabled()],
+        "aot": sorted((k, repr(v)) for k, v in traced.items()),
+        **compiler_facts(),
+    })  # fmt: skip
+
+
+def wiring(meta, forward_gm) -> dict | str:
+    """The numbers a plain graph's runtime wrapper needs, or why it is not plain."""
+    if meta is None:
+        return "no metadata from AOTAutograd"
+    extras = ("num_symints_saved_for_bw", "num_opaque_objects_saved_for_bw",
+              "num_backward_tokens", "num_graphsafe_rng_states", "num_intermediate_bases")
+    if meta.tokens or any(getattr(meta, name, 0) for name in extras):
+        return "effect tokens, saved sizes or views of one another among the outputs"
+    if getattr(meta, "indices_of_inputs_that_requires_grad_with_mutations_in_bw", []):
+        return "the backward changes an input in place"
+    for out in meta.output_info:
+        if out.output_type != OutputType.non_alias or not issubclass(
+            out.raw_type, torch.Tensor
+        ):
+            return f"an output is {out.output_type.name}, not a tensor of its own"
+    for inp in meta.input_info:
+        if inp.mutates_metadata or inp.mutates_storage_metadata:
+            return "an input's sizes or strides change"
+        if inp.mutation_type == MutationType.MUTATED_OUT_GRAPH:
+            return "an input is written back after the graph"
+    outputs = len(meta.output_info)
+    placeholders = [n for n in forward_gm.graph.nodes if n.op == "placeholder"]
+    results = next(n for n in forward_gm.graph.nodes if n.op == "output").args[0]
+    if len(placeholders) != len(meta.input_info):
+        return "the forward takes more than the caller's inputs"
+    return {
+        "inputs": len(meta.input_info),
+        "outputs": outputs,
+        "differentiable": [bool(o.requires_grad) for o in meta.output_info],
+        "saved": len(results) - outputs,
+        "unchecked": getattr(meta, "num_tensors_saved_with_no_vc_check", 0) or 0,
+    }
+
+
+def _as_compiled(grad: torch.Tensor, layout: list) -> torch.Tensor:
+    size, stride = layout
+    if list(grad.shape) == size and list(grad.stride()) == stride:
+        return grad
+    return torch.empty_strided(size, stride, dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
+def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
+    if backward is None:
+        return lambda *args: list(forward(list(args)))
+    n = w["outputs"]
+
+    unchecked, differentiable = w["unchecked"], w["differentiable"]
+    # the autograd engine may call the backward from a frame Dynamo is compiling (a
+    # loss.backward() inside the compiled function): Dynamo must not trace into it
+    backward = torch._dynamo.disable(backward)
+
+    class CompiledStep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            outs = forward(list(args))
+            saved = [x.detach() if x._is_view() else x for x in outs[n:]]
+            split = len(saved) - unchecked
+            ctx.save_for_backward(*saved[:split])
+            ctx.unchecked = saved[split:]
+            ctx.mark_non_differentiable(
+                *(o for o, d in zip(outs[:n], differentiable) if not d)
+            )
+            return tuple(outs[:n])
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, *grads):
+            given = [g for g, d in zip(grads, differentiable) if d]
+            tangents = [_as_compiled(g, t) for g, t in zip(given, w["tangents"])]
+            return tuple(backward([*ctx.saved_tensors, *ctx.unchecked, *tangents]))
+
+    return lambda *args: list(CompiledStep.apply(*args))
+
+
+class AotCache:
+    def key(self, gm, example_inputs, needs_grad) -> str | None:
+        why = why_not_wired(gm, example_inputs)
+        if why is not None:
+            counters["aot not kept"] += 1
+            log.debug("minductor: aot cache: not kept: %s", why)
+            return None
+        return aot_key(gm, example_inputs, needs_grad)
+
+    def load(self, key: str, gm):
+        path = Path(config.cache_dir) / "aot" / f"{key}.json"
+        try:
+            entry = json.loads(path.read_text())
+            assert entry["key"] == key, "another key inside"
+            keys = [entry["forward"], entry["backward"]]
+            w = entry["wiring"]
+        except (FileNotFoundError, NotADirectoryError):
+            counters["aot miss"] += 1
+            log.info("minductor: aot cache miss %s", key[:12])
+            return None
+        except Exception as error:
+            counters["aot damaged"] += 1
+            log.warning("minductor: aot cache entry %s is damaged (%s: %s); tracing",
+                        path, type(error).__name__, error)  # fmt: skip
+            return None
+        try:  # a graph that is gone or damaged: the graph cache will say which
+            graphs = [GRAPHS.read(k, None) if k else None for k in keys]
+        except Exception:
+            counters["aot miss"] += 1
+            log.info("minductor: aot cache miss %s (a graph of it is not whole)", key[:12])
+            return None
+        for k, graph in zip(keys, graphs):
+            if graph is not None:
+                GRAPHS.hit(k, graph)
+                for found in _observers:
+                    found.append(graph)
+        counters["aot hit"] += 1
+        log.info("minductor: aot cache hit %s (%s)", key[:12],
+                 "forward and backward" if keys[1] else "inference")  # fmt: skip
+        return wired(graphs[0], graphs[1], w)
+
+
+    def compiled(self, key: str, info, compiled: CompiledGraph | None) -> None:
+        pending = info.shared.setdefault("aot_entry", {})
+        if "why" in pending:
+            return
+        if compiled is None or compiled.cache_key is None or compiled.constants:
+            pending["why"] = f"its {info.kind} graph is not kept whole"
+        elif info.kind != GraphKind.BACKWARD:
+            context = torch._guards.TracingContext.try_get()
+            w = wiring(getattr(context, "fw_metadata", None), info.gm)
+            if isinstance(w, str):
+                pending["why"] = w
+            else:
+                pending.update(forward=compiled.cache_key, wiring=w, backward=None)
+                if info.kind == GraphKind.INFERENCE:
+                    self._save(key, pending)
+        elif "wiring" in pending:
+            w, inputs = pending["wiring"], list(info.example_inputs)
+            tangents = inputs[w["saved"] :]
+            names = [n.name for n in info.gm.graph.nodes if n.op == "placeholder"]
+            order = [name.startswith("tangents") for name in names]
+            results = next(n for n in info.gm.graph.nodes if n.op == "output").args[0]
+            if order != [k >= w["saved"] for k in range(len(names))] or len(
+                tangents
+            ) != sum(w["differentiable"]) or len(results) != w["inputs"]:
+                pending["why"] = "the backward takes or gives other tensors than these"
+            else:
+                w["tangents"] = [[list(t.shape), list(t.stride())] for t in tangents]
+                pending["backward"] = compiled.cache_key
+                self._save(key, pending)
+        if "why" in pending:
+            counters["aot not kept"] += 1
+            log.debug("minductor: aot cache: not kept: %s", pending["why"])
+
+    def _save(self, key: str, pending: dict) -> None:
+        path = Path(config.cache_dir) / "aot" / f"{key}.json"
+        entry = {"key": key, **{k: pending[k] for k in ("forward", "backward", "wiring")}}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_whole(path, json.dumps(entry))
+        except OSError as error:
+            if str(path.parent) not in _refused:
+                _refused.add(str(path.parent))
+                log.warning("minductor: aot cache off: cannot write %s: %s",
+                            path.parent, error)  # fmt: skip
+
+
+aot_caches.register(AotCache(), chapter=24, name="aot_cache")

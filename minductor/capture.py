@@ -39,6 +39,7 @@ class CompiledGraph:
     fusion_log: list[str]
     call: Callable[[list[Any]], Any] = field(repr=False)
     constants: list[torch.Tensor] = field(default_factory=list, repr=False)
+    cache_key: str | None = None  # its name in the graph cache (chapter 24)
     _boxed_call: bool = True
 
     def __call__(self, args: list[Any]) -> Any:
@@ -109,6 +110,7 @@ def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
     for cache, key in keys:
         kept = cache.load(key, gm) if key else None
         if kept is not None:
+            kept.cache_key = key
             for found in _observers:
                 found.append(kept)
             return kept
@@ -136,6 +138,7 @@ def _compile(gm, example_inputs, shape_env, user_visible=None) -> Callable:
         list(scheduler.fusion_log),
         module.call,
         list(graph.constants.values()),
+        next((key for _, key in keys if key), None),
     )
     if config.debug >= 2:
         log.debug("minductor: generated %s\n%s", module.__file__, source)
@@ -181,6 +184,10 @@ class GraphInfo:
 graph_passes = PIPELINE["graph_passes"]
 # each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 20)
 graph_wrappers = PIPELINE["graph_wrappers"]
+# each aot_cache.key(gm, example_inputs, needs_grad) names a Dynamo graph (None: not
+# kept), .load(key, gm) gives back what AOTAutograd returned for it, and
+# .compiled(key, info, compiled) hears of each graph compiled for it: chapter 24
+aot_caches = PIPELINE["aot_caches"]
 # each may compile a graph in pieces instead; None leaves it whole (ch. 21)
 graph_splitters = PIPELINE["graph_splitters"]
 # each rewrites an ATen graph in place right before it is lowered (ch. 8, 10, 11)
@@ -195,13 +202,22 @@ def _with_settings(
             info = GraphInfo(gm, example_inputs, kind, shared)
             for split in graph_splitters:
                 if (pieces := split(info)) is not None:
+                    _tell_aot_caches(info, None)
                     return pieces
-            compiled = compiler(gm, example_inputs)
+            compiled = run = compiler(gm, example_inputs)
             for wrap in graph_wrappers:
-                compiled = wrap(compiled, info)
-            return compiled
+                run = wrap(run, info)
+            _tell_aot_caches(info, compiled if run is compiled else None)
+            return run
 
     return compile_with_settings
+
+
+def _tell_aot_caches(info: GraphInfo, compiled: CompiledGraph | None) -> None:
+    """Each aot_cache keeping this Dynamo graph hears of its compiled graph (None: in
+    pieces or wrapped, which it cannot keep)."""
+    for cache, key in info.shared.get("aot_caches", ()):
+        cache.compiled(key, info, compiled if isinstance(compiled, CompiledGraph) else None)
 
 
 def minductor_backend(
@@ -233,6 +249,11 @@ def minductor_backend(
     with config.patch(changes):
         for rewrite in graph_passes:
             rewrite(gm, example_inputs, needs_grad)
+        keys = [(c, c.key(gm, example_inputs, needs_grad)) for c in aot_caches]
+        for cache, key in keys:
+            if key and (kept := cache.load(key, gm)) is not None:
+                return kept  # no AOTAutograd trace, no compile
+        shared["aot_caches"] = [(c, key) for c, key in keys if key]
     try:
         return backend(gm, example_inputs)
     except Exception as error:

@@ -121,6 +121,7 @@ PIPELINE = Pipeline(
     [
         Stage("Dynamo", "—", "traces your function into an FX graph of torch calls"),
         Hook("graph_passes", "1", "rewrite Dynamo's graph before it is traced"),
+        Hook("aot_caches", "1", "a Dynamo graph compiled before, wired up again"),
         Stage("AOTAutograd", "1, 2", "ATen, decomposed; forward apart from backward"),
         Hook("graph_splitters", "1", "take a graph to compile in pieces"),
         Hook("graph_caches", "1", "a graph compiled before, read back from disk"),

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.ch01
 # what the book registers, hook by hook, in the order the compiler runs it
 BOOK = {
     "graph_passes": [("fold_attention_masks", 12)],
+    "aot_caches": [("aot_cache", 24)],
     "graph_splitters": [("split_for_cudagraphs", 21)],
     "graph_caches": [("graph_cache", 24)],
     "aten_passes": [
@@ -45,6 +46,7 @@ def test_the_book_registers_each_pass_into_its_hook_in_chapter_order():
     assert hooks == BOOK
     stages = [s.name for s in PIPELINE]
     assert stages.index("graph_passes") < stages.index("AOTAutograd")
+    assert stages.index("aot_caches") < stages.index("AOTAutograd")
     assert stages.index("aten_passes") < stages.index("GraphLowering")
     assert stages.index("fusion_rules") > stages.index("Scheduler")
     assert stages[-2:] == ["graph_wrappers", "compile_hooks"]

@@ -243,7 +243,8 @@ def step(x):
     loss.backward()
     return loss
 loss = torch.compile(step, backend="minductor")(torch.linspace(0, 1, 32).reshape(4, 8))
-print("RESULT", loss.item(), w.grad.sum().item(), time.perf_counter() - start)
+from minductor import cache
+print("RESULT", loss.item(), w.grad.sum().item(), cache.counters["aot hit"])
 """
 
 
@@ -258,4 +259,183 @@ def test_a_second_process_starts_warm_with_the_same_results(tmp_path):
         line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT"))
         found.append(line.split()[1:])
     assert found[0][:2] == found[1][:2]  # loss and gradient, bit for bit (as text)
+    assert [f[2] for f in found] == ["0", "1"]  # the second did not trace the step
     assert len(list((tmp_path / "graphs").glob("*.json"))) == 2  # forward, backward
+    assert len(list((tmp_path / "aot").glob("*.json"))) == 1  # and their wiring
+
+
+# --- what AOTAutograd built, kept too ------------------------------------------------
+
+
+@pytest.fixture
+def no_tracing(monkeypatch):
+    """Make AOTAutograd's trace fail, once asked: a hit must not trace."""
+    import torch._functorch.aot_autograd as aot
+
+    def refuse():
+        def traced(*args, **kwargs):
+            raise AssertionError("AOTAutograd traced on a hit")
+
+        monkeypatch.setattr(aot, "create_aot_state", traced)
+
+    return refuse
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 5, 5),
+    )  # fmt: skip
+
+
+def _train(model, x, backend="minductor"):
+    """One step: the output, each parameter's gradient, each buffer after."""
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    f = torch.compile(model, backend=backend) if backend else model
+    out = f(x)
+    # the gradient reaching the output is transposed: not the layout the backward
+    # was compiled for
+    (out.t().contiguous() * torch.arange(5.0)[:, None]).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    return [out.detach(), *grads, *[b.clone() for b in model.buffers()]], cache.counters - before
+
+
+def test_a_warm_training_step_is_wired_without_tracing_and_matches(on, no_tracing):
+    x = torch.randn(3, 3, 5, 7)
+    cold, lines = _train(_net(), x)
+    assert lines["aot miss"] == 1 and (on / "aot").exists()
+    no_tracing()
+    warm, lines = _train(_net(), x)
+    assert lines["aot hit"] == 1 and lines["hit"] == 2
+    for a, b in zip(cold, warm):  # output, gradients, running statistics
+        assert torch.equal(a, b)
+    eager, _ = _train(_net(), x, backend=None)
+    for a, b in zip(eager, warm):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def _two_outputs(x, w):
+    y = torch.tanh(x @ w)
+    return y, (y > 0).sum(1), y.detach() * 2  # a gradient, an integer, no gradient
+
+
+def test_outputs_without_a_gradient_and_a_gradient_of_none(on, no_tracing):
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 6), torch.randn(6, 5, requires_grad=True)
+    found = []
+    for attempt in range(2):
+        if attempt:
+            no_tracing()
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        y, count, plain = torch.compile(_two_outputs, backend="minductor")(x, w)
+        assert not count.requires_grad and not plain.requires_grad
+        y[:, ::2].sum().backward()  # the odd columns' gradient is zero
+        found.append([y.detach(), count, plain, w.grad])
+        w.grad = None
+    assert (cache.counters - before)["aot hit"] == 1
+    for a, b in zip(*found):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(found[1][3], torch.autograd.grad(
+        torch.tanh(x @ w)[:, ::2].sum(), w)[0])  # fmt: skip
+
+
+def test_an_inference_graph_that_changes_its_input_in_place(on, no_tracing):
+    def count(x, seen):
+        seen.add_(x.sum(0))
+        return x * 2 + seen
+
+    x = torch.randn(5, 3)
+    results = []
+    for attempt in range(2):
+        if attempt:
+            no_tracing()
+        seen = torch.zeros(3)
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        with torch.no_grad():
+            out = torch.compile(count, backend="minductor")(x, seen)
+        results.append((out, seen.clone()))
+    assert (cache.counters - before)["aot hit"] == 1
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])  # the input was written on a hit too
+    torch.testing.assert_close(results[1][1], x.sum(0))
+
+
+def _view_of_input(x):
+    return x.view(-1), x + 1
+
+
+def _shared(a, b):
+    return a * 2 + b.sum()
+
+
+NOT_WIRED = {  # each runs right, twice, and is never wired from the cache
+    "an output is a view of an input": (_view_of_input, lambda: [torch.randn(3, 4)]),
+    "two inputs share memory": (_shared, lambda: (lambda t: [t[:2], t[1:]])(torch.randn(3, 4))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(NOT_WIRED))
+def test_graphs_whose_wiring_is_not_plain_are_traced_every_time(case, on):
+    fn, make = NOT_WIRED[case]
+    for _ in range(2):
+        args = make()
+        out, _, lines = run(fn, *args)
+        for got, want in zip(out, fn(*args)):
+            torch.testing.assert_close(got, want)
+    assert lines["aot hit"] == 0 and lines["aot not kept"] == 1
+    assert not (on / "aot").exists()
+
+
+def test_under_autocast_nothing_is_wired(on):
+    model, x = _net(), torch.randn(2, 3, 5, 7)
+    for _ in range(2):
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = torch.compile(model, backend="minductor")(x)
+    assert (cache.counters - before)["aot not kept"] == 1
+    assert out.dtype == torch.bfloat16
+
+
+def test_the_aot_key_names_grad_mode_requires_grad_and_aotautograds_config(on):
+    gm = torch.fx.symbolic_trace(lambda x, w: (x @ w).relu())
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    before = cache.aot_key(gm, [x, w], False)
+    assert cache.aot_key(gm, [x, w], False) == before
+    assert cache.aot_key(gm, [x, w.requires_grad_()], True) != before
+    w.requires_grad_(False)
+    assert cache.aot_key(gm, [x, torch.nn.Parameter(w, requires_grad=False)],
+                         False) != before  # fmt: skip
+    with torch.no_grad():
+        assert cache.aot_key(gm, [x, w], False) != before
+    with torch._functorch.config.patch(activation_memory_budget=0.5):
+        assert cache.aot_key(gm, [x, w], False) != before
+
+
+@pytest.mark.parametrize("damage", ["", "{", '{"key": "x"}', '{"key": "KEY"}'])
+def test_a_damaged_aot_entry_is_traced_again_with_the_same_results(damage, on):
+    x = torch.randn(3, 3, 5, 7)
+    cold, _ = _train(_net(), x)
+    (entry,) = (on / "aot").glob("*.json")
+    entry.write_text(damage.replace("KEY", entry.stem))
+    warm, lines = _train(_net(), x)
+    assert lines["aot damaged"] == 1 and lines["aot hit"] == 0
+    assert lines["hit"] == 2  # its graphs still came from the graph cache
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
+    assert json.loads(entry.read_text())["key"] == entry.stem  # written again, whole
+
+
+def test_an_entry_whose_graph_is_gone_is_a_miss(on):
+    x = torch.randn(3, 3, 5, 7)
+    cold, _ = _train(_net(), x)
+    for graph in (on / "graphs").glob("*.json"):
+        graph.unlink()
+    warm, lines = _train(_net(), x)
+    assert lines["aot miss"] == 1 and lines["aot hit"] == 0 and lines["miss"] == 2
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
