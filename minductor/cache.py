@@ -237,8 +237,9 @@ def why_not_wired(gm, example_inputs) -> str | None:
     """Why the wiring of a Dynamo graph cannot be kept (None: it can)."""
     if not config.graph_cache:
         return "the graph cache is off (config.graph_cache)"
-    if not all(type(x) in (torch.Tensor, torch.nn.Parameter) for x in example_inputs):
-        return "an input is not a plain tensor (a size, a list, a subclass)"
+    if not all(type(x) in (torch.Tensor, torch.nn.Parameter)
+               and x.layout == torch.strided for x in example_inputs):  # fmt: skip
+        return "an input is not a plain dense tensor (a size, a list, a subclass)"
     if any(isinstance(s, torch.SymInt) for x in example_inputs for s in x.shape):
         return "sizes are symbols"
     storages = [x.untyped_storage()._cdata for x in example_inputs]
@@ -275,10 +276,9 @@ def wiring(meta, forward_gm) -> dict | str:
         return "effect tokens, saved sizes or views of one another among the outputs"
     if getattr(meta, "indices_of_inputs_that_requires_grad_with_mutations_in_bw", []):
         return "the backward changes an input in place"
+    plain = (OutputType.non_alias, OutputType.unsafe_view_alias)
     for out in meta.output_info:
-        if out.output_type != OutputType.non_alias or not issubclass(
-            out.raw_type, torch.Tensor
-        ):
+        if out.output_type not in plain or not issubclass(out.raw_type, torch.Tensor):
             return f"an output is {out.output_type.name}, not a tensor of its own"
     for inp in meta.input_info:
         if inp.mutates_metadata or inp.mutates_storage_metadata:
@@ -294,6 +294,8 @@ def wiring(meta, forward_gm) -> dict | str:
         "inputs": len(meta.input_info),
         "outputs": outputs,
         "differentiable": [bool(o.requires_grad) for o in meta.output_info],
+        "unsafe_views": [k for k, o in enumerate(meta.output_info)
+                         if o.output_type == OutputType.unsafe_view_alias],
         "saved": len(results) - outputs,
         "unchecked": getattr(meta, "num_tensors_saved_with_no_vc_check", 0) or 0,
     }
@@ -324,10 +326,13 @@ def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
             split = len(saved) - unchecked
             ctx.save_for_backward(*saved[:split])
             ctx.unchecked = saved[split:]
+            user = list(outs[:n])
+            for k in w["unsafe_views"]:  # views of one another, hidden from autograd
+                user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
             ctx.mark_non_differentiable(
-                *(o for o, d in zip(outs[:n], differentiable) if not d)
+                *(o for o, d in zip(user, differentiable) if not d)
             )
-            return tuple(outs[:n])
+            return tuple(user)
 
         @staticmethod
         @once_differentiable

@@ -439,3 +439,31 @@ def test_an_entry_whose_graph_is_gone_is_a_miss(on):
     assert lines["aot miss"] == 1 and lines["aot hit"] == 0 and lines["miss"] == 2
     for a, b in zip(cold, warm):
         assert torch.equal(a, b)
+
+
+def _halves(x, w):
+    a, b = (x @ w).split(2)  # outputs that are views of one product
+    return a, b
+
+
+def test_outputs_that_are_views_of_one_another_are_wired_as_aotautograd_does(on, no_tracing):
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    found = []
+    for attempt in range(2):
+        if attempt:
+            no_tracing()
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        a, b = torch.compile(_halves, backend="minductor")(x, w)
+        squares = b.pow(2).sum()  # keeps b for the backward
+        a.mul_(3)  # allowed: AOTAutograd hides that a and b share memory
+        (a.sum() + 2 * squares).backward()
+        found.append([a.detach(), b.detach(), w.grad])
+        w.grad = None
+    assert (cache.counters - before)["aot hit"] == 1
+    for u, v in zip(*found):
+        assert torch.equal(u, v)
+    a, b = _halves(x, w)
+    (3 * a.sum() + 2 * b.pow(2).sum()).backward()
+    torch.testing.assert_close(found[1][2], w.grad)

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Time to the first training step, cold and warm, each in a new process.
+
+For each model and compiler, a new Python process compiles one training step with
+every cache empty (Triton's, Inductor's, minductor's: a fresh directory), then a second
+new process does the same with the directories the first one filled. Each reports the
+seconds from the compiled call to the end of the step (imports and model building not
+counted), and the step's loss. Rounds repeat this in turns, the compilers' order
+reversed each round. Inductor runs with its own caches as they ship (FX graph cache,
+AOTAutograd cache); minductor with its graph cache (chapter 24).
+
+    python tools/warm_start.py --models gpt2 resnet50 --rounds 2 --json out.json
+    python tools/warm_start.py --models gpt2 --tiny --backends minductor   # on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
+    import torch
+
+    import minductor  # noqa: F401  (registers the backend)
+    from minductor.config import config
+    from minductor.harness.models import build, on_device, step
+
+    config.cache_dir = os.environ["MINDUCTOR_CACHE_DIR"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, inputs = build(model_name, training=True, tiny=tiny)
+    kind = dict(fp32=torch.float32, bf16=torch.bfloat16)[dtype]
+    model = model.to(device, kind).train()
+    inputs = on_device(inputs, device, kind)
+    compiled = torch.compile(model, backend=backend)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = step(compiled, inputs, training=True)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    loss = out["loss"] if "loss" in out else out["logits"].float().mean()
+    print("RESULT " + json.dumps({"seconds": seconds, "loss": float(loss)}), flush=True)
+
+
+def run_child(model: str, backend: str, args, root: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT, MINDUCTOR_GRAPH_CACHE="1",
+               TRITON_CACHE_DIR=os.path.join(root, "triton"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+               MINDUCTOR_CACHE_DIR=os.path.join(root, "minductor"))  # fmt: skip
+    argv = [sys.executable, __file__, "--child", model, backend, args.dtype]
+    argv += ["--tiny"] if args.tiny else []
+    done = subprocess.run(argv, env=env, capture_output=True, text=True,
+                          timeout=args.timeout)  # fmt: skip
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    return {"error": done.stderr.strip().splitlines()[-1:] or ["no output"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["gpt2", "resnet50"])
+    parser.add_argument("--backends", nargs="+", default=["inductor", "minductor"])
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--json")
+    parser.add_argument("--child", nargs=3, metavar=("MODEL", "BACKEND", "DTYPE"))
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child, args.tiny)
+        return 0
+    rows = []
+    for k in range(args.rounds):
+        backends = args.backends if k % 2 == 0 else args.backends[::-1]
+        for model in args.models:
+            for backend in backends:
+                root = tempfile.mkdtemp(prefix="warm_start_")
+                cold = run_child(model, backend, args, root)
+                warm = run_child(model, backend, args, root)
+                shutil.rmtree(root, ignore_errors=True)
+                row = dict(round=k + 1, model=model, backend=backend, cold=cold, warm=warm)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\n| round | model | compiler | cold s | warm s | warm / cold | same loss |")
+    print("|---:|---|---|---:|---:|---:|---|")
+    for r in rows:
+        c, w = r["cold"].get("seconds"), r["warm"].get("seconds")
+        ratio = f"{w / c:.2f}" if c and w else "—"
+        same = r["cold"].get("loss") == r["warm"].get("loss")
+        print(f"| {r['round']} | {r['model']} | {r['backend']} | {c or 0:.1f} | "
+              f"{w or 0:.1f} | {ratio} | {same} |")  # fmt: skip
+    if args.json:
+        import torch
+
+        machine = dict(torch=torch.__version__, device=(
+            torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"))  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump(dict(date=time.strftime("%Y-%m-%d"), dtype=args.dtype,
+                           machine=machine, rows=rows), f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
