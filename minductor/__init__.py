@@ -42,9 +42,11 @@ def _register() -> None:
 
 
 from minductor.debug import explain  # noqa: E402  (ch. 22)
+from minductor.cache import load_cache_artifacts, save_cache_artifacts  # noqa: E402
 
 _register()
 if config.debug:
     logging.getLogger("minductor").setLevel(logging.DEBUG)
 
-__all__ = ["compile_fx", "config", "explain", "minductor_backend", "run_and_get_code"]
+__all__ = ["compile_fx", "config", "explain", "load_cache_artifacts", "minductor_backend",
+           "run_and_get_code", "save_cache_artifacts"]  # fmt: skip

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections import Counter
+import io
 import json
+import os
 import sys
+import threading
+import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +203,7 @@ class GraphCache:
 
     def hit(self, key: str, compiled: CompiledGraph) -> CompiledGraph:
         counters["hit"] += 1
+        used["graphs"].add(key)
         log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
                  len(compiled.kernel_names))  # fmt: skip
         return compiled
@@ -222,6 +227,7 @@ class GraphCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_whole(path, json.dumps(entry))
+            used["graphs"].add(key)
         except OSError as error:
             if str(path.parent) not in _refused:
                 _refused.add(str(path.parent))
@@ -381,6 +387,7 @@ class AotCache:
                 for found in _observers:
                     found.append(graph)
         counters["aot hit"] += 1
+        used["aot"].add(key)
         log.info("minductor: aot cache hit %s (%s)", key[:12],
                  "forward and backward" if keys[1] else "inference")  # fmt: skip
         return wired(graphs[0], graphs[1], w)
@@ -425,6 +432,7 @@ class AotCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_whole(path, json.dumps(entry))
+            used["aot"].add(key)
         except OSError as error:
             if str(path.parent) not in _refused:
                 _refused.add(str(path.parent))
@@ -433,3 +441,87 @@ class AotCache:
 
 
 aot_caches.register(AotCache(), chapter=24, name="aot_cache")
+
+
+used: dict[str, set[str]] = {"graphs": set(), "aot": set()}  # keys read or written
+
+
+def _triton_dirs() -> set[Path]:
+    """Triton's cache directories of the binaries of every loaded generated module."""
+    from triton.runtime.cache import get_cache_manager
+    from triton.runtime.jit import JITFunction
+
+    from minductor.runtime import _modules
+
+    found = set()
+    for module in list(_modules.values()):
+        for fn in vars(module).values():
+            for caches in getattr(fn, "device_caches", {}).values() if isinstance(
+                fn, JITFunction
+            ) else ():
+                for binary in caches[0].values():
+                    found.add(Path(get_cache_manager(binary.hash).cache_dir))
+    return found
+
+
+def _manifest() -> dict:
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"torch": torch.__version__, "triton": triton.__version__,
+            "minductor": package_hash(), "gpu": gpu}  # fmt: skip
+
+
+def save_cache_artifacts() -> tuple[bytes, dict]:
+    """The entries this process used, with their kernels' binaries, as one blob."""
+    root, files = Path(config.cache_dir), {}
+    for kind, keys in used.items():
+        for key in sorted(keys):
+            files[f"minductor/{kind}/{key}.json"] = root / kind / f"{key}.json"
+    for path in sorted((root / "autotune").glob("*.json")):
+        files[f"minductor/autotune/{path.name}"] = path
+    for folder in sorted(_triton_dirs()):
+        for path in sorted(folder.iterdir()):
+            files[f"triton/{folder.name}/{path.name}"] = path
+    buffer, counts = io.BytesIO(), Counter()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as blob:
+        blob.writestr("manifest.json", json.dumps(_manifest()))
+        for name, path in files.items():
+            if path.is_file():
+                blob.write(path, name)
+                counts[name.split("/")[1] if name.startswith("minductor") else "triton"] += 1
+    return buffer.getvalue(), dict(counts)
+
+
+def load_cache_artifacts(data: bytes) -> dict:
+    """Write a blob's entries where this process's caches look; what was written."""
+    knobs = getattr(getattr(triton, "knobs", None), "cache", None)  # Triton's cache
+    triton_dir = getattr(knobs, "dir", None) or os.environ.get("TRITON_CACHE_DIR")
+    places = {"minductor": Path(config.cache_dir),
+              "triton": Path(triton_dir or Path.home() / ".triton" / "cache")}
+    try:  # every entry read (and checked by zip's CRC) before any is written
+        with zipfile.ZipFile(io.BytesIO(data)) as blob:
+            made = json.loads(blob.read("manifest.json"))
+            entries = {name: blob.read(name) for name in blob.namelist()}
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as error:
+        log.warning("minductor: cache artifacts are damaged (%s: %s); not loaded",
+                    type(error).__name__, error)  # fmt: skip
+        return {}
+    if made != _manifest():
+        log.warning("minductor: cache artifacts made for %s, this is %s; not loaded",
+                    made, _manifest())  # fmt: skip
+        return {}
+    counts = Counter()
+    for name, content in entries.items():
+        where, *rest = name.split("/")
+        if where not in places or len(rest) != 2 or {*rest} & {"", ".", ".."}:
+            continue  # the manifest, or a name that would leave the cache
+        path = places[where] / rest[0] / rest[1]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_bytes(path, content)
+        counts[rest[0] if where == "minductor" else "triton"] += 1
+    return dict(counts)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(f"{path.suffix}.tmp{os.getpid()}-{threading.get_ident()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)

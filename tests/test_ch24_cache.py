@@ -467,3 +467,60 @@ def test_outputs_that_are_views_of_one_another_are_wired_as_aotautograd_does(on,
     a, b = _halves(x, w)
     (3 * a.sum() + 2 * b.pow(2).sum()).backward()
     torch.testing.assert_close(found[1][2], w.grad)
+
+
+# --- artifacts carried to another machine --------------------------------------------
+
+
+def _step_in(directory, x):
+    """The training step of _net compiled afresh with directory as the cache."""
+    with config.patch({"graph_cache": True, "cache_dir": str(directory)}):
+        return _train(_net(), x)
+
+
+def test_artifacts_carry_a_warm_start_to_an_empty_cache(tmp_path):
+    import minductor
+
+    x = torch.randn(2, 3, 5, 7)
+    cold, _ = _step_in(tmp_path / "first", x)
+    with config.patch({"cache_dir": str(tmp_path / "first")}):
+        blob, saved = minductor.save_cache_artifacts()
+    assert saved["graphs"] == 2 and saved["aot"] == 1
+    with config.patch({"cache_dir": str(tmp_path / "second")}):
+        assert minductor.load_cache_artifacts(blob) == saved
+    warm, lines = _step_in(tmp_path / "second", x)
+    assert lines["aot hit"] == 1 and lines["miss"] == 0
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
+
+
+def _blob_of(tmp_path, **files):
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as blob:
+        for name, text in files.items():
+            blob.writestr(name.replace("__", "/"), text)
+    return buffer.getvalue()
+
+
+def test_damaged_foreign_or_escaping_artifacts_write_nothing(tmp_path, caplog):
+    here = json.dumps(cache._manifest())
+    elsewhere = json.dumps({**cache._manifest(), "torch": "0.0.0"})
+    entry = json.dumps({"key": "k"})
+    target = tmp_path / "cache"
+    with config.patch({"cache_dir": str(target)}):
+        assert cache.load_cache_artifacts(b"not a zip file") == {}
+        blob = _blob_of(tmp_path, **{"manifest.json": elsewhere,
+                                     "minductor__graphs__k.json": entry})  # fmt: skip
+        assert cache.load_cache_artifacts(blob) == {}
+        assert not target.exists()
+        blob = _blob_of(tmp_path, **{"manifest.json": here,
+                                     "minductor__graphs__k.json": entry,
+                                     "minductor__..__escaped.json": entry,
+                                     "minductor__a__b__c.json": entry})  # fmt: skip
+        assert cache.load_cache_artifacts(blob) == {"graphs": 1}
+    assert (target / "graphs" / "k.json").read_text() == entry
+    assert not (tmp_path / "escaped.json").exists()
+    assert sum("not loaded" in r.getMessage() for r in caplog.records) == 2

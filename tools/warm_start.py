@@ -7,7 +7,10 @@ new process does the same with the directories the first one filled. Each report
 seconds from the compiled call to the end of the step (imports and model building not
 counted), and the step's loss. Rounds repeat this in turns, the compilers' order
 reversed each round. Inductor runs with its own caches as they ship (FX graph cache,
-AOTAutograd cache); minductor with its graph cache (chapter 24).
+AOTAutograd cache); minductor with its graph cache (chapter 24). With --artifacts, a
+third new process starts from empty directories again, given only the cache artifacts
+the cold one saved (`save_cache_artifacts` / `load_cache_artifacts`, torch's or ours):
+another machine's warm start.
 
     python tools/warm_start.py --models gpt2 resnet50 --rounds 2 --json out.json
     python tools/warm_start.py --models gpt2 --tiny --backends minductor   # on a CPU
@@ -36,6 +39,15 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
 
     config.cache_dir = os.environ["MINDUCTOR_CACHE_DIR"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    carried = torch.compiler if backend == "inductor" else minductor
+    loading = 0.0
+    if os.environ.get("WARM_START_LOAD"):
+        start = time.perf_counter()
+        with open(os.environ["WARM_START_LOAD"], "rb") as f:
+            blob = f.read()
+        if blob:
+            carried.load_cache_artifacts(blob)
+        loading = time.perf_counter() - start
     model, inputs = build(model_name, training=True, tiny=tiny)
     kind = dict(fp32=torch.float32, bf16=torch.bfloat16)[dtype]
     model = model.to(device, kind).train()
@@ -49,11 +61,16 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     loss = out["loss"] if "loss" in out else out["logits"].float().mean()
-    print("RESULT " + json.dumps({"seconds": seconds, "loss": float(loss)}), flush=True)
+    if os.environ.get("WARM_START_SAVE"):
+        saved = carried.save_cache_artifacts()  # torch's may be None: nothing recorded
+        with open(os.environ["WARM_START_SAVE"], "wb") as f:
+            f.write(saved[0] if saved else b"")
+    result = {"seconds": seconds, "loss": float(loss.detach()), "loading": loading}
+    print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_child(model: str, backend: str, args, root: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT, MINDUCTOR_GRAPH_CACHE="1",
+def run_child(model: str, backend: str, args, root: str, **extra: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT, MINDUCTOR_GRAPH_CACHE="1", **extra,
                TRITON_CACHE_DIR=os.path.join(root, "triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
                MINDUCTOR_CACHE_DIR=os.path.join(root, "minductor"))  # fmt: skip
@@ -74,6 +91,7 @@ def main() -> int:
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--artifacts", action="store_true")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "BACKEND", "DTYPE"))
@@ -87,20 +105,32 @@ def main() -> int:
         for model in args.models:
             for backend in backends:
                 root = tempfile.mkdtemp(prefix="warm_start_")
-                cold = run_child(model, backend, args, root)
+                blob = os.path.join(root, "artifacts.bin")
+                saving = dict(WARM_START_SAVE=blob) if args.artifacts else {}
+                cold = run_child(model, backend, args, root, **saving)
                 warm = run_child(model, backend, args, root)
-                shutil.rmtree(root, ignore_errors=True)
                 row = dict(round=k + 1, model=model, backend=backend, cold=cold, warm=warm)
+                if args.artifacts:
+                    other = tempfile.mkdtemp(prefix="warm_start_")
+                    row["carried"] = run_child(model, backend, args, other,
+                                               WARM_START_LOAD=blob)  # fmt: skip
+                    row["carried"]["bytes"] = os.path.getsize(blob)
+                    shutil.rmtree(other, ignore_errors=True)
+                shutil.rmtree(root, ignore_errors=True)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n| round | model | compiler | cold s | warm s | warm / cold | same loss |")
-    print("|---:|---|---|---:|---:|---:|---|")
+    print("\n| round | model | compiler | cold s | warm s | warm / cold | carried s "
+          "| same loss |")  # fmt: skip
+    print("|---:|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         c, w = r["cold"].get("seconds"), r["warm"].get("seconds")
+        carried = r.get("carried", {})
         ratio = f"{w / c:.2f}" if c and w else "—"
-        same = r["cold"].get("loss") == r["warm"].get("loss")
+        losses = {r["cold"].get("loss"), r["warm"].get("loss")}
+        losses |= {carried["loss"]} if "loss" in carried else set()
+        moved = f"{carried['seconds']:.1f}" if "seconds" in carried else "—"
         print(f"| {r['round']} | {r['model']} | {r['backend']} | {c or 0:.1f} | "
-              f"{w or 0:.1f} | {ratio} | {same} |")  # fmt: skip
+              f"{w or 0:.1f} | {ratio} | {moved} | {len(losses) == 1} |")  # fmt: skip
     if args.json:
         import torch
 
