@@ -446,14 +446,21 @@ aot_caches.register(AotCache(), chapter=24, name="aot_cache")
 used: dict[str, set[str]] = {"graphs": set(), "aot": set()}  # keys read or written
 
 
+def _triton_dir() -> Path:
+    knobs = getattr(getattr(triton, "knobs", None), "cache", None)  # where Triton keeps it
+    found = getattr(knobs, "dir", None) or os.environ.get("TRITON_CACHE_DIR")
+    return Path(found or Path.home() / ".triton" / "cache")
+
+
 def _triton_dirs() -> set[Path]:
-    """Triton's cache directories of the binaries of every loaded generated module."""
+    """Triton's cache directories of the binaries of every loaded generated module,
+    and of every launcher Triton built."""
     from triton.runtime.cache import get_cache_manager
     from triton.runtime.jit import JITFunction
 
     from minductor.runtime import _modules
 
-    found = set()
+    found = {p.parent for p in _triton_dir().glob("*/__triton_launcher*")}
     for module in list(_modules.values()):
         for fn in vars(module).values():
             for caches in getattr(fn, "device_caches", {}).values() if isinstance(
@@ -493,10 +500,7 @@ def save_cache_artifacts() -> tuple[bytes, dict]:
 
 def load_cache_artifacts(data: bytes) -> dict:
     """Write a blob's entries where this process's caches look; what was written."""
-    knobs = getattr(getattr(triton, "knobs", None), "cache", None)  # Triton's cache
-    triton_dir = getattr(knobs, "dir", None) or os.environ.get("TRITON_CACHE_DIR")
-    places = {"minductor": Path(config.cache_dir),
-              "triton": Path(triton_dir or Path.home() / ".triton" / "cache")}
+    places = {"minductor": Path(config.cache_dir), "triton": _triton_dir()}
     try:  # every entry read (and checked by zip's CRC) before any is written
         with zipfile.ZipFile(io.BytesIO(data)) as blob:
             made = json.loads(blob.read("manifest.json"))
