@@ -223,16 +223,22 @@ class GraphCache:
             "warm_ups": [_warm_up(w) for w in warm_ups],
             "device": _device(gm),
         }  # fmt: skip
-        path = _path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_whole(path, json.dumps(entry))
+        if keep(_path(key), entry, "graph"):
             used["graphs"].add(key)
-        except OSError as error:
-            if str(path.parent) not in _refused:
-                _refused.add(str(path.parent))
-                log.warning("minductor: graph cache off: cannot write %s: %s",
-                            path.parent, error)  # fmt: skip
+
+
+def keep(path: Path, entry: dict, which: str) -> bool:
+    """Write an entry whole; a directory that refuses is warned about once."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, json.dumps(entry))
+        return True
+    except OSError as error:
+        if str(path.parent) not in _refused:
+            _refused.add(str(path.parent))
+            log.warning("minductor: %s cache off: cannot write %s: %s",
+                        which, path.parent, error)  # fmt: skip
+        return False
 
 
 GRAPHS = GraphCache()
@@ -429,15 +435,8 @@ class AotCache:
     def _save(self, key: str, pending: dict) -> None:
         path = Path(config.cache_dir) / "aot" / f"{key}.json"
         entry = {"key": key, **{k: pending[k] for k in ("forward", "backward", "wiring")}}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_whole(path, json.dumps(entry))
+        if keep(path, entry, "aot"):
             used["aot"].add(key)
-        except OSError as error:
-            if str(path.parent) not in _refused:
-                _refused.add(str(path.parent))
-                log.warning("minductor: aot cache off: cannot write %s: %s",
-                            path.parent, error)  # fmt: skip
 
 
 aot_caches.register(AotCache(), chapter=24, name="aot_cache")

@@ -281,6 +281,19 @@ def no_tracing(monkeypatch):
     return refuse
 
 
+def _twice(no_tracing, call):
+    """call() twice, Dynamo's state thrown away before each and AOTAutograd's trace
+    refused the second time: both results, and the cache's counts of the second."""
+    found = []
+    for attempt in range(2):
+        if attempt:
+            no_tracing()
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        found.append(call())
+    return found, cache.counters - before
+
+
 def _net():
     torch.manual_seed(0)
     return torch.nn.Sequential(
@@ -324,18 +337,16 @@ def _two_outputs(x, w):
 def test_outputs_without_a_gradient_and_a_gradient_of_none(on, no_tracing):
     torch.manual_seed(0)
     x, w = torch.randn(4, 6), torch.randn(6, 5, requires_grad=True)
-    found = []
-    for attempt in range(2):
-        if attempt:
-            no_tracing()
-        torch._dynamo.reset()
-        before = cache.counters.copy()
+
+    def call():
         y, count, plain = torch.compile(_two_outputs, backend="minductor")(x, w)
         assert not count.requires_grad and not plain.requires_grad
         y[:, ::2].sum().backward()  # the odd columns' gradient is zero
-        found.append([y.detach(), count, plain, w.grad])
-        w.grad = None
-    assert (cache.counters - before)["aot hit"] == 1
+        grad, w.grad = w.grad, None
+        return [y.detach(), count, plain, grad]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
     for a, b in zip(*found):
         assert torch.equal(a, b)
     torch.testing.assert_close(found[1][3], torch.autograd.grad(
@@ -348,17 +359,14 @@ def test_an_inference_graph_that_changes_its_input_in_place(on, no_tracing):
         return x * 2 + seen
 
     x = torch.randn(5, 3)
-    results = []
-    for attempt in range(2):
-        if attempt:
-            no_tracing()
+
+    def call():
         seen = torch.zeros(3)
-        torch._dynamo.reset()
-        before = cache.counters.copy()
         with torch.no_grad():
-            out = torch.compile(count, backend="minductor")(x, seen)
-        results.append((out, seen.clone()))
-    assert (cache.counters - before)["aot hit"] == 1
+            return torch.compile(count, backend="minductor")(x, seen), seen
+
+    results, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
     assert torch.equal(results[0][0], results[1][0])
     assert torch.equal(results[0][1], results[1][1])  # the input was written on a hit too
     torch.testing.assert_close(results[1][1], x.sum(0))
@@ -449,19 +457,17 @@ def _halves(x, w):
 def test_outputs_that_are_views_of_one_another_are_wired_as_aotautograd_does(on, no_tracing):
     torch.manual_seed(0)
     x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
-    found = []
-    for attempt in range(2):
-        if attempt:
-            no_tracing()
-        torch._dynamo.reset()
-        before = cache.counters.copy()
+
+    def call():
         a, b = torch.compile(_halves, backend="minductor")(x, w)
         squares = b.pow(2).sum()  # keeps b for the backward
         a.mul_(3)  # allowed: AOTAutograd hides that a and b share memory
         (a.sum() + 2 * squares).backward()
-        found.append([a.detach(), b.detach(), w.grad])
-        w.grad = None
-    assert (cache.counters - before)["aot hit"] == 1
+        grad, w.grad = w.grad, None
+        return [a.detach(), b.detach(), grad]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
     for u, v in zip(*found):
         assert torch.equal(u, v)
     a, b = _halves(x, w)
