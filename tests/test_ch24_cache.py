@@ -530,3 +530,21 @@ def test_damaged_foreign_or_escaping_artifacts_write_nothing(tmp_path, caplog):
     assert (target / "graphs" / "k.json").read_text() == entry
     assert not (tmp_path / "escaped.json").exists()
     assert sum("not loaded" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.slow  # 18 s in the interpreter: `make test-slow`
+def test_a_language_model_step_is_wired_from_the_cache_bit_for_bit(on, no_tracing):
+    """Hugging Face's GPT-2 (tiny): two graphs (a graph break), logits AOTAutograd hides
+    as a view, dropout off; every loss and gradient of the warm step is the cold one's."""
+    pytest.importorskip("transformers")
+    from minductor.harness.models import build, step
+
+    def call():
+        model, inputs = build("gpt2", training=True, tiny=True)
+        out = step(torch.compile(model, backend="minductor"), inputs, True)
+        return [out["loss"].detach()] + [p.grad for p in model.parameters()]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 2 and lines["aot miss"] == 0 and lines["miss"] == 0
+    for a, b in zip(*found):
+        assert torch.equal(a, b)
