@@ -271,7 +271,7 @@ def aot_key(gm, example_inputs, needs_grad: bool) -> str:
         "inputs": [[*_tensor(x, False), x.requires_grad, type(x).__name__]
                    for x in example_inputs],
         "held": _held(gm),
-        "grad": [needs_grad, torch.is_grad_enabled(),
+        "grad": [needs_grad, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
                  torch.are_deterministic_algorithms_enabled()],
         "aot": sorted((k, repr(v)) for k, v in traced.items()),
         **compiler_facts(),
