@@ -10,7 +10,6 @@ import io
 import json
 import os
 import sys
-import threading
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -283,7 +282,8 @@ def wiring(meta, forward_gm) -> dict | str:
     if meta is None:
         return "no metadata from AOTAutograd"
     extras = ("num_symints_saved_for_bw", "num_opaque_objects_saved_for_bw",
-              "num_backward_tokens", "num_graphsafe_rng_states", "num_intermediate_bases")
+              "num_backward_tokens", "num_graphsafe_rng_states",
+              "num_intermediate_bases")
     if meta.tokens or any(getattr(meta, name, 0) for name in extras):
         return "effect tokens, saved sizes or views of one another among the outputs"
     if getattr(meta, "indices_of_inputs_that_requires_grad_with_mutations_in_bw", []):
@@ -317,7 +317,8 @@ def _as_compiled(grad: torch.Tensor, layout: list) -> torch.Tensor:
     size, stride = layout
     if list(grad.shape) == size and list(grad.stride()) == stride:
         return grad
-    return torch.empty_strided(size, stride, dtype=grad.dtype, device=grad.device).copy_(grad)
+    laid_out = torch.empty_strided(size, stride, dtype=grad.dtype, device=grad.device)
+    return laid_out.copy_(grad)
 
 
 def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
@@ -356,6 +357,10 @@ def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
     return lambda *args: list(CompiledStep.apply(*args))
 
 
+def _aot_path(key: str) -> Path:
+    return Path(config.cache_dir) / "aot" / f"{key}.json"
+
+
 class AotCache:
     def key(self, gm, example_inputs, needs_grad) -> str | None:
         why = why_not_wired(gm, example_inputs)
@@ -366,7 +371,7 @@ class AotCache:
         return aot_key(gm, example_inputs, needs_grad)
 
     def load(self, key: str, gm):
-        path = Path(config.cache_dir) / "aot" / f"{key}.json"
+        path = _aot_path(key)
         try:
             entry = json.loads(path.read_text())
             assert entry["key"] == key, "another key inside"
@@ -385,7 +390,8 @@ class AotCache:
             graphs = [GRAPHS.read(k, None) if k else None for k in keys]
         except Exception:
             counters["aot miss"] += 1
-            log.info("minductor: aot cache miss %s (a graph of it is not whole)", key[:12])
+            log.info("minductor: aot cache miss %s (a graph of it is not whole)",
+                     key[:12])
             return None
         for k, graph in zip(keys, graphs):
             if graph is not None:
@@ -433,9 +439,9 @@ class AotCache:
             log.debug("minductor: aot cache: not kept: %s", pending["why"])
 
     def _save(self, key: str, pending: dict) -> None:
-        path = Path(config.cache_dir) / "aot" / f"{key}.json"
-        entry = {"key": key, **{k: pending[k] for k in ("forward", "backward", "wiring")}}
-        if keep(path, entry, "aot"):
+        parts = ("forward", "backward", "wiring")
+        entry = {"key": key, **{k: pending[k] for k in parts}}
+        if keep(_aot_path(key), entry, "aot"):
             used["aot"].add(key)
 
 
@@ -446,7 +452,7 @@ used: dict[str, set[str]] = {"graphs": set(), "aot": set()}  # keys read or writ
 
 
 def _triton_dir() -> Path:
-    knobs = getattr(getattr(triton, "knobs", None), "cache", None)  # where Triton keeps it
+    knobs = getattr(getattr(triton, "knobs", None), "cache", None)  # Triton's own
     found = getattr(knobs, "dir", None) or os.environ.get("TRITON_CACHE_DIR")
     return Path(found or Path.home() / ".triton" / "cache")
 
@@ -493,7 +499,8 @@ def save_cache_artifacts() -> tuple[bytes, dict]:
         for name, path in files.items():
             if path.is_file():
                 blob.write(path, name)
-                counts[name.split("/")[1] if name.startswith("minductor") else "triton"] += 1
+                where, kind = name.split("/")[:2]
+                counts[kind if where == "minductor" else "triton"] += 1
     return buffer.getvalue(), dict(counts)
 
 
@@ -519,12 +526,6 @@ def load_cache_artifacts(data: bytes) -> dict:
             continue  # the manifest, or a name that would leave the cache
         path = places[where] / rest[0] / rest[1]
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_bytes(path, content)
+        write_whole(path, content)
         counts[rest[0] if where == "minductor" else "triton"] += 1
     return dict(counts)
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(f"{path.suffix}.tmp{os.getpid()}-{threading.get_ident()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)

@@ -34,11 +34,12 @@ def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Write text to path so that no reader ever sees half of it: under a name of this
-    writer's own (process and thread), then renamed, which replaces a file at once."""
+def write_whole(path: Path, data: str | bytes) -> None:
+    """Write data (text or bytes) to path so that no reader ever sees half of it: under
+    a name of this writer's own (process and thread), then renamed, which replaces a
+    file at once."""
     tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(text)
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     tmp.replace(path)
 
 

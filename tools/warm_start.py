@@ -109,7 +109,8 @@ def main() -> int:
                 saving = dict(WARM_START_SAVE=blob) if args.artifacts else {}
                 cold = run_child(model, backend, args, root, **saving)
                 warm = run_child(model, backend, args, root)
-                row = dict(round=k + 1, model=model, backend=backend, cold=cold, warm=warm)
+                row = dict(round=k + 1, model=model, backend=backend, cold=cold,
+                           warm=warm)  # fmt: skip
                 if args.artifacts:
                     other = tempfile.mkdtemp(prefix="warm_start_")
                     row["carried"] = run_child(model, backend, args, other,
@@ -134,8 +135,8 @@ def main() -> int:
     if args.json:
         import torch
 
-        machine = dict(torch=torch.__version__, device=(
-            torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"))  # fmt: skip
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        machine = dict(torch=torch.__version__, device=gpu)
         with open(args.json, "w") as f:
             json.dump(dict(date=time.strftime("%Y-%m-%d"), dtype=args.dtype,
                            machine=machine, rows=rows), f, indent=1)  # fmt: skip
