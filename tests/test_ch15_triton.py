@@ -370,7 +370,10 @@ def test_removed_intermediate_is_never_stored_or_loaded():
             t = (x * y).exp().sin().cos() + x
             return t + 1, t * 2
 
-        x, y = torch.randn(5, 7), torch.randn(5, 7)
+        # |x * y| < 1: exp stays small, so sin's argument is one whose float32
+        # rounding numpy and torch agree on (an unbounded one flaked at 3e-5)
+        torch.manual_seed(0)
+        x, y = torch.rand(5, 7) * 2 - 1, torch.rand(5, 7) * 2 - 1
         scheduler, (kernel,) = kernels_for(f, x, y)
     finally:
         config.realize_opcount_threshold = saved
