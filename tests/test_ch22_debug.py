@@ -248,15 +248,27 @@ SMALL = (
 )
 
 
-def test_torch_logs_output_code_prints_minductors_code():
-    done = _run(SMALL, TORCH_LOGS="output_code")
+@pytest.fixture(scope="module")
+def logged_and_traced(tmp_path_factory):
+    """SMALL run once in a new interpreter with both TORCH_LOGS and TORCH_TRACE set
+    (starting one costs 5 s): the run, and the folder the trace went to."""
+    trace = tmp_path_factory.mktemp("trace")
+    return _run(SMALL, TORCH_LOGS="output_code", TORCH_TRACE=str(trace)), trace
+
+
+def test_torch_logs_output_code_prints_minductors_code(logged_and_traced, capfd):
+    done, _ = logged_and_traced
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[1.0, 3.0, 5.0, 7.0]"
     assert "[__output_code] Output code:" in done.stderr
     assert "def triton_poi_fused_add_mul_0(" in done.stderr
     assert "Output code written to: " in done.stderr
-    quiet = _run(SMALL)
-    assert "Output code" not in quiet.stderr
+    # this process has no TORCH_LOGS: the same compile prints nothing
+    assert "output_code" not in os.environ.get("TORCH_LOGS", "")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 2 + 1, backend="minductor")
+    assert f(torch.arange(4.0, device=DEVICE)).tolist() == [1.0, 3.0, 5.0, 7.0]
+    assert "Output code" not in capfd.readouterr().err
 
 
 @pytest.mark.slow  # two more interpreters started: 9 s
@@ -279,9 +291,8 @@ def _structured_records(trace_dir: Path) -> list[dict]:
     return records
 
 
-def test_torch_trace_has_inductor_output_code(tmp_path):
-    trace = tmp_path / "trace"
-    done = _run(SMALL, TORCH_TRACE=str(trace))
+def test_torch_trace_has_inductor_output_code(logged_and_traced):
+    done, trace = logged_and_traced
     assert done.returncode == 0, done.stderr
     records = _structured_records(trace)
     code = [r for r in records if "inductor_output_code" in r]
