@@ -71,6 +71,11 @@ class Config:
     # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
     # template), or both, "ATEN,TRITON" (Inductor's default): the faster, measured
     max_autotune_gemm_backends: str = "ATEN,TRITON"
+    # under max_autotune, a matmul whose K is this many times its M and N may be split
+    # along K into a batch of products, then summed
+    decompose_k_threshold: int = 32
+    # the most ways of splitting K that are timed (0: never split)
+    num_decompose_k_splits: int = 5
     # keep compiled graphs on disk, under cache_dir, and read them back (chapter 24)
     graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
 

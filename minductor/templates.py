@@ -27,6 +27,7 @@ from minductor.ir import (
     Pointwise,
     ReinterpretBuffer,
     TensorBox,
+    as_exprs,
 )
 from minductor.lowering import lowerings, register_lowering
 from minductor.ops import ops
@@ -35,6 +36,7 @@ from minductor.runtime import interpret_mode
 from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -142,17 +144,22 @@ def in_memory(buf: Buffer) -> tuple[Buffer, FixedLayout]:
     return buf, dataclasses.replace(layout, offset=offset)
 
 
-def matmul_template(graph, a: Buffer, b: Buffer, cfg: TileConfig) -> TensorBox:
-    """Register the template computing a @ b; its result, boxed."""
-    *batch, m, _ = a.get_size()
-    n = b.get_size()[-1]
-    size = (*batch, m, n)
-    device, dtype, name = a.get_device(), a.get_dtype(), graph.new_buffer_name()
-    layout = FixedLayout.contiguous(device, dtype, size)
-    body = Pointwise(
-        device, dtype, lambda index: ops.matmul_tile(name), size, frozenset()
-    )
+def matmul_template(
+    graph, a: Buffer, b: Buffer, cfg: TileConfig, views=None, dtype=None
+) -> TensorBox:
+    """Register the template computing a @ b; its result, boxed. `views`, if given,
+    are the operands' layouts in their memory, read instead of their own; `dtype` is
+    the result's (the operands', unless told)."""
     (a, a_view), (b, b_view) = in_memory(a), in_memory(b)
+    a_view, b_view = views or (a_view, b_view)
+    *batch, m, _ = a_view.size
+    size = (*batch, m, b_view.size[-1])
+    device, name = a.get_device(), graph.new_buffer_name()
+    dtype = dtype or a.get_dtype()
+    layout = FixedLayout.contiguous(device, dtype, size)
+    body = Pointwise(  # named for the product, as Inductor names its templates
+        device, dtype, lambda index: ops.matmul_tile(name), size, frozenset({"mm"})
+    )
     node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg)
     graph.register_buffer(node)
     return TensorBox(node)
@@ -199,7 +206,7 @@ def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
     x, y = (_operand(view, p) for view, p in zip(views, kernel.template_ptrs))
     largest = max(b * m * k, b * k * n, b * m * n)  # 32-bit indices if below 2**31
     int64 = int64 or largest >= 2**31 or x.offset + y.offset >= 2**30
-    dtype = node.get_dtype()
+    dtype = node.a.get_dtype()  # the operands' (a split of K stores float32)
     upcast = dtype == torch.bfloat16 and kernel.overrides is InterpreterOverrides
     precision = _precision(dtype)
     return [
@@ -268,6 +275,8 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
     node = graph.current_node
     epilogue = node is not None and extern.read_by_pointwise_ops(node)
     cfg = choose_tiles(a, b, allow_cublas="ATEN" in backends, epilogue=epilogue)
+    if isinstance(cfg, SplitK):  # below: K in slices, their products summed
+        return split_k_product(graph, a, b, cfg)
     return None if cfg is None else matmul_template(graph, a, b, cfg)
 
 
@@ -311,21 +320,27 @@ def _precision(dtype: torch.dtype) -> str:
 
 def choose_tiles(
     a: Buffer, b: Buffer, allow_cublas: bool, epilogue: bool = False
-) -> TileConfig | None:
-    """The template's tiles for a @ b, or None for cuBLAS: measured on a GPU."""
+) -> TileConfig | SplitK | None:
+    """The template's tiles for a @ b (or a split of K), or None for cuBLAS: measured
+    on a GPU."""
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
     candidates = candidate_tiles(m, n, k, dtype)
-    if device.type != "cuda" or interpret_mode():
-        return None if allow_cublas else candidates[0]
+    splits = k_splits(m, n, k) if len(a.get_size()) == 2 else []
+    if device.type != "cuda" or interpret_mode():  # nothing to time: the rules
+        if allow_cublas:
+            return None
+        return split_k(m, n, k, dtype, splits[0]) if splits else candidates[0]
     from minductor.runtime import AutotuneFailed, autotune
 
     # the examples are made with the operands' strides, from offset 0
     x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
             ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
     shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
-    time_one = _timer(a, b, x, y, shape, candidates, epilogue and allow_cublas)
+    plans = candidates + [split_k(m, n, k, dtype, s) for s in splits]
+    time_one = _timer(a, b, x, y, shape, plans, epilogue and allow_cublas)
     choices = [dataclasses.asdict(c) for c in candidates]
+    choices += [{"split_k": s} for s in splits]
     choices += [{"cublas": 1}] if allow_cublas else []
     text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
     text += ["# cuBLAS timed with its epilogue's pass"] if epilogue and allow_cublas else []
@@ -339,7 +354,7 @@ def choose_tiles(
         log.warning("minductor: matmul %s: nothing could be timed: %s", shape, why)
         return None if allow_cublas else candidates[0]
     how = "cached" if won["cached"] else f"of {won['tried']}"
-    chosen = None if "cublas" in won["config"] else TileConfig(**won["config"])
+    chosen = _plan(won["config"], m, n, k, dtype)
     log.info("minductor: matmul %s: %s won, %.1f us (%s)", shape,
              chosen or "cuBLAS", won["ms"] * 1e3, how)  # fmt: skip
     return chosen
@@ -365,21 +380,28 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
         sizes = [(t.get_size(), t.layout.stride) for t in (a, b)]
         xs = [rand_strided(size, stride, device, dtype) for size, stride in sizes]
         out = torch.empty(bsz * m * n, dtype=dtype, device=device)
+        most = max([p.splits for p in candidates if isinstance(p, SplitK)], default=0)
+        parts = torch.empty(most * m * n, dtype=torch.float32, device=device)
+        total = torch.empty(m * n, dtype=torch.float32, device=device)
     bench = functools.partial(do_bench, warmup=5, rep=25, return_mode="median")
     kernels: dict[TileConfig, tuple] = {}  # each candidate's kernel and its programs
 
-    def build(cfg: TileConfig) -> None:
-        lines = matmul_lines(bsz, m, n, k, x, y, cfg, _precision(dtype), False)
+    def build(plan: TileConfig | SplitK) -> None:
+        cfg, batch, depth, operands, into = plan, bsz, k, (x, y), out
+        if isinstance(plan, SplitK):  # a batch of slices of K, stored in float32
+            cfg, batch, depth = plan.tiles, plan.splits, k // plan.splits
+            operands, into = split_operands(x, y, plan.splits, k), parts
+        lines = matmul_lines(batch, m, n, depth, *operands, cfg, _precision(dtype), False)
         lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
         body = "\n".join("    " + line for line in lines)
         module = load_module(KERNEL_HEADER + _PLAIN + body + "\n")
-        tiles = bsz * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
-        kernels[cfg] = (module.kernel, tiles)
+        tiles = batch * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+        kernels[plan] = (module.kernel, tiles)
         try:
             with torch.cuda.device(device):  # a new thread starts on GPU 0
                 warps = cfg.num_warps
                 launcher = launcher_for(module.kernel, (tiles,), (), 1, None, warps)
-                launcher.warm_up(*xs, out, tiles)
+                launcher.warm_up(*xs, into, tiles)
         except Exception as error:  # its timing fails too, and drops it
             log.info("minductor: matmul %s: template %s does not compile: %s",
                      shape, cfg, str(error).splitlines()[0])  # fmt: skip
@@ -399,16 +421,21 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
         if not kernels:  # the first template asked for: compile them all at once
             with fake_off(), ThreadPoolExecutor(max(1, config.compile_threads)) as pool:
                 list(pool.map(build, candidates))
-        cfg = TileConfig(**choice)
-        kernel, tiles = kernels[cfg]
+        plan = _plan(choice, m, n, k, dtype)
+        kernel, tiles = kernels[plan]
+        cfg = plan.tiles if isinstance(plan, SplitK) else plan
+        into = parts if isinstance(plan, SplitK) else out
 
         def run():
-            launch(kernel, tiles, *xs, out, XBLOCK=1, num_warps=cfg.num_warps)
+            launch(kernel, tiles, *xs, into, XBLOCK=1, num_warps=cfg.num_warps)
+            if isinstance(plan, SplitK):  # the slices' sum, then the product's dtype
+                slices = parts[: plan.splits * m * n].view(plan.splits, -1)
+                out.copy_(torch.sum(slices, 0, out=total))
 
         run()
         torch.cuda.synchronize()
         ms = bench(run)
-        log.info("minductor: matmul %s: template %s %.1f us", shape, cfg, ms * 1e3)
+        log.info("minductor: matmul %s: template %s %.1f us", shape, plan, ms * 1e3)
         return ms
 
     return time_one
@@ -428,3 +455,71 @@ def addmm(graph, bias, a, b, *, beta=1, alpha=1):
     mul = lowerings[aten.mul.Tensor]
     scaled = bias if beta == 1 else mul(bias, beta)
     return add(scaled, made, alpha=alpha)
+
+
+@dataclass(frozen=True)
+class SplitK:
+    """a @ b as the sum of `splits` products over slices of K: a batch of products
+    by the template, in float32, then a reduction over the batch."""
+
+    splits: int
+    tiles: TileConfig  # each slice's product's
+
+    def __str__(self) -> str:
+        return f"K in {self.splits} slices, {self.tiles}"
+
+
+def k_splits(m: int, n: int, k: int) -> list[int]:
+    """The ways of splitting K worth timing, in the order they are tried."""
+    if k < config.decompose_k_threshold * max(m, n):
+        return []
+    top = min(k // m, k // n, 256)
+    found = [s for s in range(2, top + 1) if k % s == 0 and k // s >= 128]
+
+    def order(s: int) -> tuple[bool, bool, int]:
+        piece = k // s
+        return piece & (piece - 1) != 0, piece % 32 != 0, s
+
+    return sorted(found, key=order)[: max(0, config.num_decompose_k_splits)]
+
+
+def split_k(m: int, n: int, k: int, dtype: torch.dtype, splits: int) -> SplitK:
+    return SplitK(splits, tile_config(m, n, k // splits, dtype))
+
+
+def _plan(choice: dict, m: int, n: int, k: int, dtype) -> TileConfig | SplitK | None:
+    """A choice as autotuning writes it down, back as what it names."""
+    if "cublas" in choice:
+        return None
+    if "split_k" in choice:
+        return split_k(m, n, k, dtype, choice["split_k"])
+    return TileConfig(**choice)
+
+
+def split_operands(x: Operand, y: Operand, splits: int, k: int):
+    """x (M, K) and y (K, N), as the template reads them, as batches of slices of K."""
+    piece = k // splits
+    (_, xm, xk), (_, yk, yn) = x.stride, y.stride
+    return (
+        Operand(x.ptr, (piece * xk, xm, xk), x.offset),
+        Operand(y.ptr, (piece * yk, yk, yn), y.offset),
+    )
+
+
+def split_k_product(graph, a: Buffer, b: Buffer, plan: SplitK) -> TensorBox:
+    """a @ b as `plan` says: the slices' products by the template in float32, summed
+    by chapter 10's reduction, rounded once to the operands' dtype."""
+    (a, av), (b, bv) = in_memory(a), in_memory(b)
+    (m, k), n, s = av.size, bv.size[1], plan.splits
+    piece = k // s
+    (am, ak), (bk, bn) = av.stride, bv.stride
+    a3 = FixedLayout(av.device, av.dtype, as_exprs((s, m, piece)),
+                     as_exprs((piece * ak, am, ak)), av.offset)  # fmt: skip
+    b3 = FixedLayout(bv.device, bv.dtype, as_exprs((s, piece, n)),
+                     as_exprs((piece * bk, bk, bn)), bv.offset)  # fmt: skip
+    parts = matmul_template(graph, a, b, plan.tiles, (a3, b3), torch.float32)
+    total = lowerings[aten.sum.dim_IntList](parts, [0])
+    graph.realize_intermediate(total)  # a reduction is read once stored (chapter 10)
+    if a.get_dtype() == torch.float32:
+        return total
+    return lowerings[prims.convert_element_type.default](total, a.get_dtype())

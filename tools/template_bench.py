@@ -9,9 +9,12 @@ the median over rounds, and the spread (min-max) in brackets. Run from the repos
 root:
 
     python tools/template_bench.py [--rounds 5] [--json OUT.json] [--log OUT.txt]
+    python tools/template_bench.py --suite split-k [...]
 
 --log keeps minductor's autotuning log of the "ATEN,TRITON" compiles (the times of
-every candidate, and the winner of each product).
+every candidate, and the winner of each product). `--suite split-k` times products
+long in K (weight gradients): the template with and without splits of K, cuBLAS, the
+chosen path, and Inductor's max-autotune, which may split K too.
 """
 
 from __future__ import annotations
@@ -86,12 +89,44 @@ def workloads():
     )
 
 
+SPLIT_K_BACKENDS = {
+    "eager": None,
+    "cuBLAS": BACKENDS["cuBLAS"],
+    "tiles only": {**BACKENDS["template"], "num_decompose_k_splits": 0},
+    "template": BACKENDS["template"],
+    "chosen": BACKENDS["chosen"],
+    "inductor": "inductor",
+}
+
+
+def split_k_workloads():
+    def r(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    for m, n, tokens in [(768, 768, 32768), (256, 256, 16384), (64, 64, 65536)]:
+        yield f"dW = x.t() @ dy {m}x{n}, K={tokens}", (lambda x, dy: x.t() @ dy), (
+            r(tokens, m), r(tokens, n))  # fmt: skip
+    yield "relu(a @ b) 128x128, K=65536", (lambda a, b: torch.relu(a @ b)), (
+        r(128, 65536), r(65536, 128))  # fmt: skip
+
+
+def _compiled(fn, options):
+    if options is None:
+        return fn
+    if options == "inductor":
+        return torch.compile(fn, mode="max-autotune-no-cudagraphs")
+    return torch.compile(fn, backend="minductor", options=options)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--log", help="write the autotuning log of the chosen path here")
+    parser.add_argument("--suite", choices=["epilogues", "split-k"], default="epilogues")
     args = parser.parse_args()
+    split = args.suite == "split-k"
+    backends = SPLIT_K_BACKENDS if split else BACKENDS
     assert torch.cuda.is_available(), "this probe needs a CUDA GPU"
     lines = []
     keep = logging.Handler(logging.INFO)
@@ -99,17 +134,13 @@ def main() -> None:
     logger = logging.getLogger("minductor")
     logger.setLevel(logging.INFO)
     rows = []
-    for name, fn, inputs in workloads():
+    for name, fn, inputs in split_k_workloads() if split else workloads():
         torch._dynamo.reset()
         runs, errors = {}, {}
         expected = fn(*inputs).float()
-        for backend, options in BACKENDS.items():
-            run = (
-                fn
-                if options is None
-                else torch.compile(fn, backend="minductor", options=options)
-            )
-            if backend == "chosen":
+        for backend, options in backends.items():
+            run = _compiled(fn, options)
+            if backend in ("chosen", "template"):
                 logger.addHandler(keep)
             out = run(*inputs)  # compiles
             logger.removeHandler(keep)
@@ -129,13 +160,18 @@ def main() -> None:
             "chosen vs the faster": min(med["cuBLAS"], med["template"]) / med["chosen"],
             "max error vs eager": errors,
         }
+        if split:
+            row["template vs tiles only"] = med["tiles only"] / med["template"]
+            row["chosen vs inductor"] = med["inductor"] / med["chosen"]
         rows.append(row)
         spread = {b: f"[{min(t):.3f}-{max(t):.3f}]" for b, t in times.items()}
         print(
             f"| {name} | "
             + " | ".join(f"{med[b]:.3f} {spread[b]}" for b in runs)
             + f" | {med['cuBLAS'] / med['template']:.2f}x"
-            + f" | {row['chosen vs the faster']:.2f}x |",
+            + f" | {row['chosen vs the faster']:.2f}x |"
+            + (f" {row['template vs tiles only']:.2f}x | {row['chosen vs inductor']:.2f}x |"
+               if split else ""),
             flush=True,
         )
     if args.log:
