@@ -29,6 +29,7 @@ from minductor import (  # noqa: E402, F401
     debug,  # ch. 22: debug folders, torch's logs and traces, explain
     templates,  # ch. 23: matmul templates; takes mm, bmm and addmm over from ch. 12
     cache,  # ch. 24: compiled graphs kept on disk; joins capture's graph_caches
+    distributed,  # ch. 25: collectives and their waits; joins the schedule_passes
 )
 
 

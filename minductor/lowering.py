@@ -446,7 +446,7 @@ class GraphLowering(torch.fx.Interpreter):
             elif value is None or isinstance(value, sympy.Expr):
                 self.graph_outputs.append(value)
             else:
-                raise NotImplementedError(f"graph output {value!r} is not a tensor")
+                raise CannotCompile(f"graph output {value!r} is not a tensor")
         return results
 
 

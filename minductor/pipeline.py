@@ -133,6 +133,7 @@ PIPELINE = Pipeline(
         Hook("layout_rules", "6", "the strides a stored value gets"),
         Stage("Scheduler", "14", "dependencies, then fusion into kernels"),
         Hook("fusion_rules", "14", "refuse a fusion, with a reason"),
+        Hook("schedule_passes", "14", "reorder the kernels once they are fused"),
         Stage("Triton", "15, 16, 23", "the source of each kernel"),
         Hook("kernel_kinds", "15", "block sizes and the lines around a body"),
         Stage("wrapper", "17", "`call(args)`: lines that allocate, launch, call ATen"),

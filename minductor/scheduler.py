@@ -365,6 +365,9 @@ class FusedSchedulerNode(BaseSchedulerNode):
 
 FusionRule = Callable[[BaseSchedulerNode, BaseSchedulerNode], "str | None"]
 fusion_rules = PIPELINE["fusion_rules"]
+# passes that take the fused nodes and return them in another order, as
+# reorder(scheduler) -> list of nodes, every producer still before its readers
+schedule_passes = PIPELINE["schedule_passes"]
 
 
 def register_fusion_rule(rule: FusionRule | None = None, *, chapter=None):
@@ -405,6 +408,8 @@ class Scheduler:
         self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.dead_code_elimination()
         self.fuse_nodes()
+        for reorder in schedule_passes:  # chapter 25: overlap communication
+            self.nodes = reorder(self)
         self.removed_buffers |= self._buffers_internal_to_kernels()
 
     @staticmethod

@@ -33,9 +33,10 @@ BOOK = {
     "store_passes": [("store_narrow", 8), ("store_padded", 12)],
     "layout_rules": [("channels_last_rule", 13)],
     "fusion_rules": [("reads_where_overwritten", 14), ("template_epilogues", 23)],
+    "schedule_passes": [("reorder_for_overlap", 25)],
     "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16), ("tem", 23)],
     "handovers": [("written_over", 18)],
-    "memory_plan": [("plan_memory", 18)],
+    "memory_plan": [("plan_memory", 18), ("collective_lines", 25)],
     "graph_wrappers": [("cudagraphify", 20)],
     "compile_hooks": [("on_compiled", 22)],
 }
@@ -146,7 +147,7 @@ def test_the_table_is_the_same_whatever_order_the_modules_are_imported_in():
         package = types.ModuleType("minductor")
         package.__path__ = [root]
         sys.modules["minductor"] = package  # the modules alone, not __init__'s order
-        for name in ["cache", "templates", "debug", "partition", "cudagraphs", "memory",
+        for name in ["distributed", "cache", "templates", "debug", "partition", "cudagraphs", "memory",
                      "codegen_reductions",
                      "convnets", "extern", "indexing", "reductions", "views", "factories",
                      "pointwise", "capture"]:

@@ -1,0 +1,218 @@
+# generated from chapters/25_many_gpus.md — edit there
+
+"""Functional collectives as IR nodes: a collective starts, the graph's other work runs,
+and its wait makes the result readable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from minductor.config import config
+from minductor.ir import FallbackKernel, FixedLayout, TensorBox
+from minductor.lowering import (
+    CannotCompile,
+    GraphLowering,
+    Unsupported,
+    register_lowering,
+)
+from minductor.pipeline import PIPELINE
+from minductor.scheduler import BaseSchedulerNode, Scheduler
+from minductor.sizevars import contiguous_strides
+from minductor.wrapper import ExternCallLine, codegen_call_args, codegen_op, memory_plan
+
+c10d = torch.ops._c10d_functional
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CollectiveKernel(FallbackKernel):
+    """Starts a collective on the process group named `group`; its result is in
+    flight, and its inputs are read, until its WaitKernel has run."""
+
+    group: str = ""
+
+    def kind(self) -> str:
+        return self.op._schema.name.split("::")[1]  # "all_reduce"
+
+    def __repr__(self) -> str:
+        ins = ", ".join(b.name for b in self.input_buffers())
+        return (
+            f"{self.name}: CollectiveKernel({self.kind()}, inputs=[{ins}], "
+            f"group={self.group!r}, {self.layout!r})"
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WaitKernel(FallbackKernel):
+    """Blocks until `collective` is done: its result is the collective's, readable."""
+
+    collective: CollectiveKernel | None = None
+
+    def input_buffers(self) -> list:
+        # the collective's inputs too: nothing may write or reuse them before this
+        return [self.collective, *self.collective.input_buffers()]
+
+    def __repr__(self) -> str:
+        return f"{self.name}: WaitKernel({self.collective.name}, {self.layout!r})"
+
+
+# the collectives lowered to CollectiveKernels: op -> the argument that holds the
+# group's size, or None where the op does not say it
+COLLECTIVES = {
+    c10d.all_reduce.default: None,
+    c10d.all_gather_into_tensor.default: 1,
+    c10d.reduce_scatter_tensor.default: 2,
+    c10d.all_to_all_single.default: None,
+}
+
+
+def process_group(name: str, size: int | None) -> dist.ProcessGroup:
+    """The process group a graph's collective names; a clear error if this process
+    has no group of that name, or one of another size."""
+    if not dist.is_initialized():
+        raise CannotCompile(f"a collective on group {name!r}, but no process group")
+    try:
+        group = torch._C._distributed_c10d._resolve_process_group(name)
+    except RuntimeError:
+        raise ValueError(
+            f"the graph runs a collective on process group {name!r}, which this "
+            f"process does not have (was the graph traced with another group?)"
+        ) from None
+    if size is not None and size != group.size():
+        raise ValueError(
+            f"the graph's collective expects group {name!r} to have {size} ranks, "
+            f"but it has {group.size()}"
+        )
+    return group
+
+
+@register_lowering(*COLLECTIVES, graph=True, extern=True)
+def collective(graph: GraphLowering, x: TensorBox, *args: Any) -> TensorBox:
+    op = graph.current_node.target
+    if not isinstance(args[-1], str):  # DTensor passes the group itself, an object
+        raise Unsupported(f"a collective on a group given as {type(args[-1]).__name__}")
+    where = COLLECTIVES[op]
+    process_group(args[-1], None if where is None else args[where - 1])
+    buf = graph.realize_viewed(x)
+    buf = graph.require_strides(buf, tuple(contiguous_strides(buf.get_size())))
+    layout = FixedLayout.from_tensor(graph.current_node.meta["val"])
+    node = CollectiveKernel(
+        graph.new_buffer_name(), layout, op, (buf, *args), {}, group=args[-1]
+    )
+    graph.register_buffer(node)
+    graph.extern_kernels.append(str(op))
+    return TensorBox(node)
+
+
+@register_lowering(c10d.wait_tensor.default, graph=True, extern=True)
+def wait(graph: GraphLowering, x: TensorBox) -> TensorBox:
+    started = x.data
+    if not isinstance(started, CollectiveKernel):  # one we left to ATen
+        raise Unsupported(f"waits for {started!r}, not a collective of ours")
+    node = WaitKernel(
+        graph.new_buffer_name(),
+        started.layout,
+        c10d.wait_tensor.default,
+        (started,),
+        {},
+        collective=started,
+    )
+    graph.register_buffer(node)
+    return TensorBox(node)
+
+
+def _members(node: BaseSchedulerNode) -> tuple:
+    return (node,) if node.is_extern() else node.snodes
+
+
+def _buffer(node: BaseSchedulerNode) -> Any:
+    return getattr(node, "node", None)
+
+
+def check_waits(nodes: list[BaseSchedulerNode]) -> None:
+    """Refuse a schedule in which something but its wait reads a collective's result."""
+    started = {n.get_name() for n in nodes if isinstance(_buffer(n), CollectiveKernel)}
+    for node in nodes:
+        for member in _members(node):
+            buf = _buffer(member)
+            own = {buf.collective.name} if isinstance(buf, WaitKernel) else set()
+            early = (member.read_names & started) - own
+            if early:
+                raise CannotCompile(
+                    f"{member.get_name()} reads {sorted(early)[0]}, the result of a "
+                    f"collective, without waiting for it"
+                )
+
+
+def _moved(nodes: list, k: int, to: int) -> list:
+    node = nodes.pop(k)
+    nodes.insert(to, node)
+    return nodes
+
+
+def raise_collectives(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
+    nodes = list(nodes)
+    for node in [n for n in nodes if isinstance(_buffer(n), CollectiveKernel)]:
+        k = nodes.index(node)
+        to = k
+        while to > 0:
+            before = nodes[to - 1]
+            if isinstance(_buffer(before), CollectiveKernel):
+                break  # collectives start in the graph's order on every rank
+            if before.names & node.dep_names:
+                break  # it makes what the collective reads
+            to -= 1
+        nodes = _moved(nodes, k, to)
+    return nodes
+
+
+def sink_waits(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
+    nodes = list(nodes)
+    waits = [n for n in nodes if isinstance(_buffer(n), WaitKernel)]
+    for wait in reversed(waits):
+        k = nodes.index(wait)
+        needs = set(wait.names)  # the wait's result, and what is made from it
+        free, bound = [], []  # the nodes after the wait: can they run before it?
+        for node in nodes[k + 1 :]:
+            if node.dep_names & needs or isinstance(_buffer(node), WaitKernel):
+                needs |= node.names  # waits keep their order, and so their readers
+                bound.append(node)
+            else:
+                free.append(node)
+        nodes = nodes[:k] + free + [wait] + bound
+    return nodes
+
+
+def reorder_for_overlap(scheduler: Scheduler) -> list[BaseSchedulerNode]:
+    check_waits(scheduler.nodes)
+    if not config.reorder_for_overlap:
+        return scheduler.nodes
+    return sink_waits(raise_collectives(scheduler.nodes))
+
+
+PIPELINE["schedule_passes"].register(reorder_for_overlap, chapter=25)
+
+
+@dataclass(frozen=True)
+class CollectiveLine(ExternCallLine):
+    def codegen(self) -> str:
+        n = self.node
+        call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
+        return f"{self.sources}\n{call}" if self.sources else call
+
+
+def collective_lines(wrapper) -> None:
+    """Each collective's line in its own form: it starts the collective, no more."""
+    wrapper.lines = [
+        CollectiveLine(line.node, line.aten_only, line.sources)
+        if isinstance(line, ExternCallLine)
+        and isinstance(line.node, CollectiveKernel)
+        else line
+        for line in wrapper.lines
+    ]
+
+
+memory_plan.register(collective_lines, chapter=25)
