@@ -1,0 +1,222 @@
+"""Chapter 25 on two GPUs of one host (or a group of one on one GPU), with NCCL: compiled collectives, a
+sequence-parallel block, DDP, and the overlap pass, against eager (and Inductor).
+
+    python tools/many_gpus.py [--json OUT.json]
+
+Each rank is a process (torch.multiprocessing); rank 0 writes the JSON. Times are
+medians over rounds run in turns (the order reversed each round), milliseconds per
+step, CUDA-synchronised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+c10d = torch.ops._c10d_functional
+
+
+def _close(a, b) -> float:
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).abs().max() / (b.abs().max() + 1e-6)) if a.numel() else 0.0
+
+
+def _timed(fns: dict, rounds: int = 7, reps: int = 20) -> dict:
+    times = {k: [] for k in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for k in order if r % 2 == 0 else order[::-1]:
+            dist.barrier()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(reps):
+                fns[k]()
+            torch.cuda.synchronize()
+            times[k].append((time.perf_counter() - start) / reps * 1e3)
+    return {k: {"ms": statistics.median(v), "spread": [min(v), max(v)]}
+            for k, v in times.items()}  # fmt: skip
+
+
+def collectives(rank: int, out: dict) -> None:
+    import minductor  # noqa: F401
+    from minductor.capture import record_compiled
+
+    world = dist.group.WORLD.group_name
+    x = torch.arange(35.0, device="cuda").reshape(5, 7) * (rank + 1) - 3
+    n = dist.get_world_size()
+    split = [4 // n] * n
+    ops = {
+        "all_reduce": lambda t: c10d.all_reduce(t, "sum", world),
+        "all_gather_into_tensor": lambda t: c10d.all_gather_into_tensor(t, n, world),
+        "reduce_scatter_tensor": lambda t: c10d.reduce_scatter_tensor(
+            torch.cat([t + k for k in range(n)]), "sum", n, world),
+        "all_to_all_single": lambda t: c10d.all_to_all_single(t[:4], split, split, world),
+    }  # fmt: skip
+    for name, start in ops.items():
+
+        def fn(t, start=start):
+            return torch.cos(c10d.wait_tensor(start(t * 2)))
+
+        torch._dynamo.reset()
+        with record_compiled() as graphs:
+            got = torch.compile(fn, backend="minductor")(x)
+        out[f"collective {name}"] = {"error": _close(got, fn(x)),
+                                     "fallbacks": graphs[0].fallbacks}  # fmt: skip
+
+
+def _block(x, p, group):
+    full = funcol.all_gather_tensor_autograd(x, 0, group)
+    q, k, v = full @ p["q"], full @ p["k"], full @ p["v"]
+    att = torch.softmax(q @ k.t() / math.sqrt(q.shape[-1]), dim=-1) @ v
+    h = full + att
+    h = h + torch.nn.functional.gelu(h @ p["up"]) @ p["down"]
+    return funcol.reduce_scatter_tensor_autograd(h, "sum", 0, group)
+
+
+def block(rank: int, out: dict) -> None:
+    torch.manual_seed(0)
+    d = 256
+    parts = {k: torch.randn(*s, device="cuda") / 16 for k, s in
+             [("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("up", (d, 4 * d)),
+              ("down", (4 * d, d))]}  # fmt: skip
+    runs = {}
+    for how in ("eager", "minductor", "inductor"):
+        p = {k: v.clone().requires_grad_() for k, v in parts.items()}
+        torch.manual_seed(1 + rank)
+        x = torch.randn(511, d, device="cuda", requires_grad=True)
+        fn = _block
+        if how != "eager":
+            torch._dynamo.reset()
+            fn = torch.compile(_block, backend=how)
+        loss = (fn(x, p, dist.group.WORLD) ** 2).sum()
+        loss.backward()
+        runs[how] = (loss, x.grad, {k: v.grad for k, v in p.items()})
+    ref = runs["eager"]
+    for how in ("minductor", "inductor"):
+        got = runs[how]
+        errs = [_close(got[0], ref[0]), _close(got[1], ref[1])]
+        errs += [_close(got[2][k], ref[2][k]) for k in ref[2]]
+        out[f"block {how}"] = {"error": max(errs)}
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, d=1024, n=8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Mlp(d) for _ in range(n))
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(self.norm(x))
+        return x
+
+
+def ddp(rank: int, out: dict) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps, losses = {}, {}
+    for how in ("eager", "minductor", "inductor"):
+        torch.manual_seed(0)
+        model = DDP(Net().cuda().bfloat16(), device_ids=[rank])
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        torch.manual_seed(1 + rank)
+        x = torch.randn(16, 256, 1024, device="cuda", dtype=torch.bfloat16)
+        run = model if how == "eager" else torch.compile(model, backend=how)
+
+        def step(run=run, opt=opt, x=x):
+            loss = run(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        losses[how] = [step().item() for _ in range(3)]  # compiles, then trains
+        steps[how] = step
+    out["ddp losses"] = losses
+    out["ddp step ms"] = _timed(steps)
+
+
+def overlap(rank: int, out: dict) -> None:
+    import minductor  # noqa: F401
+
+    world = dist.group.WORLD.group_name
+    g = torch.randn(64 * 1024 * 1024 // 2, device="cuda", dtype=torch.bfloat16)  # 64 MB
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def fn(g, a):
+        started = c10d.all_reduce(g, "sum", world)
+        h = a
+        for _ in range(6):
+            h = torch.tanh(h @ a)  # needs nothing from the other rank
+        return c10d.wait_tensor(started) * 2, h
+
+    runs = {}
+    torch._dynamo.reset()
+    for on in (False, True):
+        options = {"reorder_for_overlap": on}
+        f = torch.compile(fn, backend="minductor", options=options)
+        f(g, a)
+        runs[f"overlap {'on' if on else 'off'}"] = lambda f=f: f(g, a)
+    out["overlap step ms"] = _timed(runs)
+
+
+def worker(rank: int, world_size: int, store_path: str, result: str) -> None:
+    torch.cuda.set_device(rank)
+    store = dist.FileStore(store_path, world_size)
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=world_size,
+                            device_id=torch.device("cuda", rank),
+                            timeout=datetime.timedelta(seconds=300))  # fmt: skip
+    out: dict = {}
+    for part in (collectives, block, ddp, overlap):
+        start = time.time()
+        try:
+            part(rank, out)
+        except Exception as why:  # noqa: BLE001  (reported, the next part runs)
+            out[part.__name__] = {"failed": repr(why)[:800]}
+        out[f"{part.__name__} seconds"] = round(time.time() - start, 1)
+    dist.destroy_process_group()
+    if rank == 0:
+        with open(result, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="many-gpus.json")
+    args = parser.parse_args()
+    gpus = min(2, torch.cuda.device_count())
+    assert gpus >= 1, "this probe needs a GPU (two for the real thing)"
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        torch.multiprocessing.spawn(worker, args=(gpus, store, args.json), nprocs=gpus)
+    with open(args.json) as f:
+        out = json.load(f)
+    out |= {"date": datetime.date.today().isoformat(),
+            "device": torch.cuda.get_device_name(), "gpus": gpus,
+            "torch": torch.__version__}  # fmt: skip
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
