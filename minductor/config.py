@@ -80,6 +80,9 @@ class Config:
     graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
     # move independent work between a collective and its wait (chapter 25)
     reorder_for_overlap: bool = True
+    # on a graph's first call, check that every rank of its groups runs the same
+    # collectives on the same shapes, and say where they differ (chapter 25)
+    check_collectives: bool = True
 
 
     @contextlib.contextmanager

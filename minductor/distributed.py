@@ -216,3 +216,67 @@ def collective_lines(wrapper) -> None:
 
 
 memory_plan.register(collective_lines, chapter=25)
+
+
+def collective_signature(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
+    """The graph's collectives in order: (op, group, input's shape, dtype)."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.target in COLLECTIVES:
+            value = node.args[0].meta.get("val")
+            shape = "x".join(str(s) for s in value.shape) if value is not None else "?"
+            dtype = str(value.dtype) if value is not None else "?"
+            op = node.target._schema.name.split("::")[1]
+            found.append((op, str(node.args[-1]), shape, dtype))
+    return found
+
+
+def first_difference(lists: list[list[tuple[str, ...]]]) -> str | None:
+    """Where the ranks' lists of collectives first differ, in words; None if nowhere."""
+
+    def said(entry) -> str:
+        if entry is None:
+            return "no collective"
+        op, group, shape, dtype = entry
+        return f"{op} on a {shape} {dtype.replace('torch.', '')} tensor"
+
+    ours = lists[0]
+    for rank, theirs in enumerate(lists[1:], 1):
+        for k in range(max(len(ours), len(theirs))):
+            a = ours[k] if k < len(ours) else None
+            b = theirs[k] if k < len(theirs) else None
+            if a != b:
+                return f"collective {k}: rank 0 runs {said(a)}, rank {rank} {said(b)}"
+    return None
+
+
+def agree_across_ranks(signature: list[tuple[str, ...]]) -> None:
+    for name in sorted({entry[1] for entry in signature}):
+        group = process_group(name, None)
+        lists: list[Any] = [None] * group.size()
+        dist.all_gather_object(lists, signature, group=group)
+        why = first_difference(lists)
+        if why is not None:
+            raise RuntimeError(
+                f"minductor: the ranks of process group {name!r} run different "
+                f"collectives in one compiled graph; {why} (ranks of the group)"
+            )
+
+
+def check_ranks_agree(run: Any, info: Any) -> Any:
+    signature = collective_signature(info.gm)
+    if not signature or not config.check_collectives:
+        return run
+    checked = []
+
+    def first_call_checks(args: list[Any]) -> Any:
+        if not checked:
+            agree_across_ranks(signature)
+            checked.append(True)
+        return run(args)
+
+    first_call_checks._boxed_call = True  # it takes the list of inputs, as run does
+    return first_call_checks
+
+
+PIPELINE["graph_wrappers"].register(check_ranks_agree, chapter=25)

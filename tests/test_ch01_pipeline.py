@@ -37,7 +37,7 @@ BOOK = {
     "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16), ("tem", 23)],
     "handovers": [("written_over", 18)],
     "memory_plan": [("plan_memory", 18), ("collective_lines", 25)],
-    "graph_wrappers": [("cudagraphify", 20)],
+    "graph_wrappers": [("cudagraphify", 20), ("check_ranks_agree", 25)],
     "compile_hooks": [("on_compiled", 22)],
 }
 

@@ -328,9 +328,85 @@ def test_a_tensor_parallel_graph_runs_with_aten_and_says_why(world, caplog):
     assert "is not a tensor" in caplog.text and "running graph with ATen" in caplog.text
 
 
+# --- ranks that disagree -------------------------------------------------------------
+
+
+def test_a_graphs_collectives_are_listed_in_order_with_shapes(world):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minductor.distributed import collective_signature
+
+    def fn(x):
+        a = c10d.wait_tensor(c10d.all_reduce(x, "sum", world))
+        b = c10d.wait_tensor(c10d.all_gather_into_tensor(x.half(), 1, world))
+        return a, b
+
+    gm = make_fx(fn)(torch.randn(5, 7))
+    assert collective_signature(gm) == [
+        ("all_reduce", world, "5x7", "torch.float32"),
+        ("all_gather_into_tensor", world, "5x7", "torch.float16"),
+    ]
+
+
+SIG = [("all_reduce", "0", "5x7", "torch.float32"), ("all_to_all_single", "0", "4x7",
+       "torch.float32")]  # fmt: skip
+
+
+@pytest.mark.parametrize("other, expected", [
+    (SIG, None),
+    ([SIG[0], (*SIG[1][:2], "3x7", SIG[1][3])],
+     "collective 1: rank 0 runs all_to_all_single on a 4x7 float32 tensor, rank 2 "
+     "all_to_all_single on a 3x7 float32 tensor"),
+    ([SIG[1], SIG[0]], "collective 0: rank 0 runs all_reduce on a 5x7 float32 tensor, "
+     "rank 2 all_to_all_single on a 4x7 float32 tensor"),
+    (SIG[:1], "collective 1: rank 0 runs all_to_all_single on a 4x7 float32 tensor, "
+     "rank 2 no collective"),
+    ([*SIG, SIG[0]], "collective 2: rank 0 runs no collective, rank 2 all_reduce on a "
+     "5x7 float32 tensor"),
+])  # fmt: skip
+def test_the_first_difference_between_ranks_is_named(other, expected):
+    from minductor.distributed import first_difference
+
+    assert first_difference([SIG, SIG, other]) == expected
+
+
+def test_a_graph_with_collectives_checks_the_ranks_on_its_first_call_only(
+    world, monkeypatch
+):
+    import minductor.distributed as D
+
+    gathered = []
+    real = dist.all_gather_object
+
+    def counting(lists, obj, group=None):
+        gathered.append(obj)
+        return real(lists, obj, group=group)
+
+    monkeypatch.setattr(dist, "all_gather_object", counting)
+
+    def fn(x):
+        return torch.cos(c10d.wait_tensor(c10d.all_reduce(x * 2, "sum", world)))
+
+    x = torch.randn(5, 7)
+    torch._dynamo.reset()
+    import minductor
+
+    _on_the_cpu_compiled()
+    with minductor.config.patch({"graph_cache": False}):
+        f = torch.compile(fn, backend="minductor")
+        for _ in range(3):
+            torch.testing.assert_close(f(x), fn(x))
+        assert gathered == [[("all_reduce", world, "5x7", "torch.float32")]]
+        torch._dynamo.reset()
+        with minductor.config.patch({"check_collectives": False}):
+            torch.compile(fn, backend="minductor")(x)
+    assert len(gathered) == 1  # switched off: not gathered again
+    assert D.check_ranks_agree in minductor.pipeline.PIPELINE["graph_wrappers"]
+
+
 # --- two processes ------------------------------------------------------------------
 
-FAST = ("collectives",)
+FAST = ("collectives", "mismatch")
 SLOW = ("block", "ddp", "fsdp2")
 
 
@@ -362,6 +438,23 @@ def _scenario_collectives(rank: int, report) -> None:
 
         out, graphs = _compiled(fn, x)
         report(f"collective {name}", _close(out, fn(x)), graphs[0].fallbacks == [])
+
+
+def _scenario_mismatch(rank: int, report) -> None:
+    """Rank 1's tensor has another shape: a clear error on both ranks, not a crash."""
+    world = dist.group.WORLD.group_name
+
+    def fn(t):
+        return c10d.wait_tensor(c10d.all_gather_into_tensor(t, 2, world)) + 1
+
+    try:
+        _compiled(fn, torch.randn(5 + rank, 7))
+    except Exception as why:  # noqa: BLE001  (Dynamo wraps the error)
+        said = str(why)
+        clear = "run different collectives" in said and "5x7" in said and "6x7" in said
+        report("mismatch", 0.0, clear)
+    else:
+        report("mismatch", math.inf, False)
 
 
 def _block_parts(seed: int = 0):
@@ -545,7 +638,7 @@ def _run_two(scenarios, timeout: float = 240) -> list[dict]:
         return [json.loads(Path(o).read_text()) for o in outs]
 
 
-CHECKS_FAST = [f"collective {name}" for name in OPS]
+CHECKS_FAST = [f"collective {name}" for name in OPS] + ["mismatch"]
 CHECKS_SLOW = [
     "block loss", "block grad x", "block grad q", "block grad k", "block grad v",
     "block grad up", "block grad down", "ddp loss", "ddp grads",
