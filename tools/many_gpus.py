@@ -74,6 +74,22 @@ def collectives(rank: int, out: dict) -> None:
                                      "fallbacks": graphs[0].fallbacks}  # fmt: skip
 
 
+def mismatch(rank: int, out: dict) -> None:
+    """A rank whose tensor has another shape: one clear error on every rank."""
+    world = dist.group.WORLD.group_name
+    n = dist.get_world_size()
+
+    def fn(t):
+        return c10d.wait_tensor(c10d.all_gather_into_tensor(t, n, world)) + 1
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend="minductor")(torch.randn(5 + rank, 7, device="cuda"))
+        out["mismatch"] = {"raised": None}
+    except Exception as why:  # noqa: BLE001
+        out["mismatch"] = {"raised": str(why).splitlines()[0][:300]}
+
+
 def _block(x, p, group):
     full = funcol.all_gather_tensor_autograd(x, 0, group)
     q, k, v = full @ p["q"], full @ p["k"], full @ p["v"]
@@ -186,7 +202,7 @@ def worker(rank: int, world_size: int, store_path: str, result: str) -> None:
                             device_id=torch.device("cuda", rank),
                             timeout=datetime.timedelta(seconds=300))  # fmt: skip
     out: dict = {}
-    for part in (collectives, block, ddp, overlap):
+    for part in (collectives, block, ddp, overlap, mismatch):
         start = time.time()
         try:
             part(rank, out)
