@@ -175,8 +175,14 @@ def overlap(rank: int, out: dict) -> None:
     import minductor  # noqa: F401
 
     world = dist.group.WORLD.group_name
-    g = torch.randn(64 * 1024 * 1024 // 2, device="cuda", dtype=torch.bfloat16)  # 64 MB
+    g = torch.randn(256 * 1024 * 1024 // 2, device="cuda", dtype=torch.bfloat16)  # 256 MB
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def matmuls(a):
+        h = a
+        for _ in range(6):
+            h = torch.tanh(h @ a)
+        return h
 
     def fn(g, a):
         started = c10d.all_reduce(g, "sum", world)
@@ -185,14 +191,39 @@ def overlap(rank: int, out: dict) -> None:
             h = torch.tanh(h @ a)  # needs nothing from the other rank
         return c10d.wait_tensor(started) * 2, h
 
-    runs = {}
+    def eager_waiting_at_once(g, a):
+        done = c10d.wait_tensor(c10d.all_reduce(g, "sum", world))
+        h = a
+        for _ in range(6):
+            h = torch.tanh(h @ a)
+        return done * 2, h
+
+    runs = {
+        "eager, wait at once": lambda: (eager_waiting_at_once(g, a), torch.cuda.synchronize()),
+        "eager, wait last": lambda: (fn(g, a), torch.cuda.synchronize()),
+        "matmuls alone": lambda: (matmuls(a), torch.cuda.synchronize()),
+        "all-reduce alone": lambda: (
+            c10d.wait_tensor(c10d.all_reduce(g, "sum", world)), torch.cuda.synchronize()),
+    }
+    from minductor.capture import record_compiled
+
     torch._dynamo.reset()
+    calls = []
     for on in (False, True):
         options = {"reorder_for_overlap": on}
-        f = torch.compile(fn, backend="minductor", options=options)
-        f(g, a)
-        runs[f"overlap {'on' if on else 'off'}"] = lambda f=f: f(g, a)
+        # the graph waits at once, as written: only the pass can move work before it
+        f = torch.compile(eager_waiting_at_once, backend="minductor", options=options)
+        with record_compiled() as graphs:
+            f(g, a)
+        source = graphs[0].source if graphs else ""
+        body = source[source.find("def call("):].split("\n\n")[0].splitlines()
+        calls.append([line.strip()[:90] for line in body if "(" in line])
+        # each call waited for: calls back to back would let the next all-reduce
+        # overlap this one's matmuls whatever the order within the graph
+        runs[f"overlap {'on' if on else 'off'}"] = lambda f=f: (
+            f(g, a), torch.cuda.synchronize())
     out["overlap step ms"] = _timed(runs)
+    out["overlap calls"] = {"off": calls[0], "on": calls[1]}
 
 
 def worker(rank: int, world_size: int, store_path: str, result: str) -> None:
