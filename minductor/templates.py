@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import sympy
@@ -367,7 +366,8 @@ def _gpu_time(fn) -> float:
     try:
         return do_bench_cudagraph(fn, rep=25, return_mode="median")
     except Exception as error:  # noqa: BLE001  (a choice a graph cannot hold)
-        log.info("minductor: timed without a CUDA graph: %s", str(error).splitlines()[0])
+        why = str(error).splitlines()[0]
+        log.info("minductor: timed without a CUDA graph: %s", why)
         return do_bench(fn, warmup=5, rep=25, return_mode="median")
 
 
@@ -392,15 +392,18 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
         most = max([p.splits for p in candidates if isinstance(p, SplitK)], default=0)
         parts = torch.empty(most * m * n, dtype=torch.float32, device=device)
         total = torch.empty(m * n, dtype=torch.float32, device=device)
-    bench = _gpu_time
     kernels: dict[TileConfig, tuple] = {}  # each candidate's kernel and its programs
 
     def build(plan: TileConfig | SplitK) -> None:
         cfg, batch, depth, operands, into = plan, bsz, k, (x, y), out
         if isinstance(plan, SplitK):  # a batch of slices of K, stored in float32
             cfg, batch, depth = plan.tiles, plan.splits, k // plan.splits
-            operands, into = split_operands(x, y, plan.splits, k), parts
-        lines = matmul_lines(batch, m, n, depth, *operands, cfg, _precision(dtype), False)
+            views = split_layouts(a.layout, b.layout, plan.splits)
+            operands = [Operand(p, _operand(v, p).stride, 0)
+                        for v, p in zip(views, ("in_ptr0", "in_ptr1"))]  # fmt: skip
+            into = parts
+        precision = _precision(dtype)
+        lines = matmul_lines(batch, m, n, depth, *operands, cfg, precision, False)
         lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
         body = "\n".join("    " + line for line in lines)
         module = load_module(KERNEL_HEADER + _PLAIN + body + "\n")
@@ -417,13 +420,13 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
 
     def time_one(choice: dict) -> float:
         if "cublas" in choice:
-            ms = bench(lambda: torch.matmul(*xs))
+            ms = _gpu_time(lambda: torch.matmul(*xs))
             if not epilogue:
                 log.info("minductor: matmul %s: cuBLAS %.1f us", shape, ms * 1e3)
                 return ms
             product = torch.matmul(*xs)
             after = torch.empty_like(product)
-            pass_ms = bench(lambda: torch.neg(product, out=after))
+            pass_ms = _gpu_time(lambda: torch.neg(product, out=after))
             log.info("minductor: matmul %s: cuBLAS %.1f us + %.1f us for its epilogue's "
                      "pass", shape, ms * 1e3, pass_ms * 1e3)  # fmt: skip
             return ms + pass_ms
@@ -443,7 +446,7 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
 
         run()
         torch.cuda.synchronize()
-        ms = bench(run)
+        ms = _gpu_time(run)
         log.info("minductor: matmul %s: template %s %.1f us", shape, plan, ms * 1e3)
         return ms
 
@@ -505,28 +508,24 @@ def _plan(choice: dict, m: int, n: int, k: int, dtype) -> TileConfig | SplitK | 
     return TileConfig(**choice)
 
 
-def split_operands(x: Operand, y: Operand, splits: int, k: int):
-    """x (M, K) and y (K, N), as the template reads them, as batches of slices of K."""
-    piece = k // splits
-    (_, xm, xk), (_, yk, yn) = x.stride, y.stride
-    return (
-        Operand(x.ptr, (piece * xk, xm, xk), x.offset),
-        Operand(y.ptr, (piece * yk, yk, yn), y.offset),
-    )
-
-
-def split_k_product(graph, a: Buffer, b: Buffer, plan: SplitK) -> TensorBox:
-    """a @ b as `plan` says: the slices' products by the template in float32, summed
-    by chapter 10's reduction, rounded once to the operands' dtype."""
-    (a, av), (b, bv) = in_memory(a), in_memory(b)
-    (m, k), n, s = av.size, bv.size[1], plan.splits
+def split_layouts(av: FixedLayout, bv: FixedLayout, s: int):
+    """a (M, K) and b (K, N) as batches of s slices of K: views, no copy."""
+    (m, k), n = av.size, bv.size[1]
     piece = k // s
     (am, ak), (bk, bn) = av.stride, bv.stride
     a3 = FixedLayout(av.device, av.dtype, as_exprs((s, m, piece)),
                      as_exprs((piece * ak, am, ak)), av.offset)  # fmt: skip
     b3 = FixedLayout(bv.device, bv.dtype, as_exprs((s, piece, n)),
                      as_exprs((piece * bk, bk, bn)), bv.offset)  # fmt: skip
-    parts = matmul_template(graph, a, b, plan.tiles, (a3, b3), torch.float32)
+    return a3, b3
+
+
+def split_k_product(graph, a: Buffer, b: Buffer, plan: SplitK) -> TensorBox:
+    """a @ b as `plan` says: the slices' products by the template in float32, summed
+    by chapter 10's reduction, rounded once to the operands' dtype."""
+    (a, av), (b, bv) = in_memory(a), in_memory(b)
+    views = split_layouts(av, bv, plan.splits)
+    parts = matmul_template(graph, a, b, plan.tiles, views, torch.float32)
     total = lowerings[aten.sum.dim_IntList](parts, [0])
     graph.realize_intermediate(total)  # a reduction is read once stored (chapter 10)
     if a.get_dtype() == torch.float32:
