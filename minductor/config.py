@@ -68,6 +68,9 @@ class Config:
     # a debug folder per compiled graph under this one; "" writes none unless
     # TORCH_COMPILE_DEBUG=1, which picks Dynamo's
     debug_dir: str = ""
+    # compute a matmul's operand in the template where that pays: a pointwise body that
+    # only the product reads, reading no more bytes than it holds
+    prologue_fusion: bool = True
     # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
     # template), or both, "ATEN,TRITON" (Inductor's default): the faster, measured
     max_autotune_gemm_backends: str = "ATEN,TRITON"

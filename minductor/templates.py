@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 import torch
@@ -11,25 +14,31 @@ import torch
 from minductor import extern  # chapter 12's lowerings, which these take over
 from minductor.codegen_triton import (
     KERNEL_KINDS,
+    TRITON_DTYPES,
     InterpreterOverrides,
     KernelKind,
+    KernelOpsHandler,
     KindCodegen,
     TritonKernel,
+    TritonOverrides,
     kernel_op,
     next_power_of_2,
+    storage_elements,
 )
 from minductor.config import config, log
 from minductor.ir import (
     Buffer,
     ComputedBuffer,
     FixedLayout,
+    GenericView,
     Pointwise,
     ReinterpretBuffer,
     TensorBox,
     as_exprs,
 )
-from minductor.lowering import lowerings, register_lowering
-from minductor.ops import ops
+from minductor.lowering import VIEW_TARGETS, lowerings, readers, register_lowering
+from minductor.ops import NullHandler, ops, set_handler
+from minductor.sizevars import index_vars, texpr
 from minductor.pointwise import add
 from minductor.runtime import interpret_mode
 from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
@@ -122,10 +131,14 @@ class MatmulTemplate(ComputedBuffer):
     a_view: FixedLayout  # each operand's size, strides and offset in that memory
     b_view: FixedLayout
     tiles: TileConfig
+    # an operand computed in the kernel instead (below): its body; `a` or `b` then
+    # only stands for its size and dtype
+    prologues: tuple[Prologue | None, Prologue | None] = (None, None)
     kernel_kind = KernelKind.TEMPLATE.value
 
     def whole_reads(self) -> tuple[str, ...]:
-        return (self.a.name, self.b.name)
+        loaded = [x.name for x, p in zip((self.a, self.b), self.prologues) if p is None]
+        return (*loaded, *(name for p in self.prologues if p for name in p.reads))
 
     def __repr__(self) -> str:
         size = [int(s) for s in self.layout.size]
@@ -144,11 +157,12 @@ def in_memory(buf: Buffer) -> tuple[Buffer, FixedLayout]:
 
 
 def matmul_template(
-    graph, a: Buffer, b: Buffer, cfg: TileConfig, views=None, dtype=None
-) -> TensorBox:
+    graph, a: Buffer, b: Buffer, cfg: TileConfig, views=None, dtype=None,
+    prologues=(None, None),
+) -> TensorBox:  # fmt: skip
     """Register the template computing a @ b; its result, boxed. `views`, if given,
     are the operands' layouts in their memory, read instead of their own; `dtype` is
-    the result's (the operands', unless told)."""
+    the result's (the operands', unless told); `prologues`, operands computed in it."""
     (a, a_view), (b, b_view) = in_memory(a), in_memory(b)
     a_view, b_view = views or (a_view, b_view)
     *batch, m, _ = a_view.size
@@ -156,10 +170,11 @@ def matmul_template(
     device, name = a.get_device(), graph.new_buffer_name()
     dtype = dtype or a.get_dtype()
     layout = FixedLayout.contiguous(device, dtype, size)
+    origins = frozenset({"mm"}).union(*(p.origins for p in prologues if p))
     body = Pointwise(  # named for the product, as Inductor names its templates
-        device, dtype, lambda index: ops.matmul_tile(name), size, frozenset({"mm"})
+        device, dtype, lambda index: ops.matmul_tile(name), size, origins
     )
-    node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg)
+    node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg, prologues)
     graph.register_buffer(node)
     return TensorBox(node)
 
@@ -169,8 +184,11 @@ def matmul_tile(self, name: str) -> str:
     kernel, node = self.kernel, self.node.node
     kernel.template = node
     kernel.lane_shape = f"[{node.tiles.BLOCK_M}, {node.tiles.BLOCK_N}]"
-    pointers = (kernel.args.input(node.a.name), kernel.args.input(node.b.name))
-    kernel.template_ptrs = pointers
+    pointers, computed = [], []
+    for side, x, prologue in zip("ab", (node.a, node.b), node.prologues):
+        pointers.append(None if prologue else kernel.args.input(x.name))
+        computed.append(prologue and prologue_lines(kernel, prologue, side, node))
+    kernel.template_ptrs, kernel.template_prologues = pointers, computed
     dtype = node.get_dtype()
     if dtype == torch.float32:
         return "acc"
@@ -203,16 +221,18 @@ def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
     views = (node.a_view, node.b_view)
     b, m, n, k = _size(*views)
     x, y = (_operand(view, p) for view, p in zip(views, kernel.template_ptrs))
-    largest = max(b * m * k, b * k * n, b * m * n)  # 32-bit indices if below 2**31
+    spans = [p.span for p in node.prologues if p]  # what computed operands read
+    largest = max(b * m * k, b * k * n, b * m * n, *spans)  # 32-bit indices below 2**31
     int64 = int64 or largest >= 2**31 or x.offset + y.offset >= 2**30
     dtype = node.a.get_dtype()  # the operands' (a split of K stores float32)
     upcast = dtype == torch.bfloat16 and kernel.overrides is InterpreterOverrides
     precision = _precision(dtype)
-    return [
-        *matmul_lines(b, m, n, k, x, y, node.tiles, precision, int64, upcast),
-        *kernel.variable_definitions(),
-        *kernel.lines,
-    ]
+    lines = matmul_lines(b, m, n, k, x, y, node.tiles, precision, int64, upcast)
+    as_dtype = "tl.float32" if upcast else TRITON_DTYPES[dtype]
+    for side, computed in zip("ab", kernel.template_prologues):
+        if computed:
+            lines = computed_operand(lines, side, *computed, as_dtype)
+    return [*lines, *kernel.variable_definitions(), *kernel.lines]
 
 
 KERNEL_KINDS.register(
@@ -232,6 +252,165 @@ def template_epilogues(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None
     if _has_template(a) and any(m.is_reduction() for m in b.snodes):
         return f"{b.get_name()} is a reduction: a template's epilogue is pointwise"
     return None
+
+
+RIDGE = 300  # operations per byte: an H100's or H200's, in bfloat16 (top of chapter)
+
+
+def memory_bound(a: TensorBox, b: TensorBox) -> bool:
+    """Whether a @ b does fewer operations per byte it moves than the ridge point."""
+    *_, m, k = (int(s) for s in a.get_size())
+    n, size = int(b.get_size()[-1]), a.get_dtype().itemsize
+    return 2 * m * n * k < RIDGE * size * (m * k + k * n + m * n)
+
+
+@dataclass(frozen=True)
+class Prologue:
+    """An operand computed where the template loads it: its body (an index over the
+    operand's dims to its value), the buffers that reads, the most elements any of them
+    spans (for the index width), and the ops it was made of (for the kernel's name)."""
+
+    loader: Callable[[list[sympy.Expr]], Any]
+    reads: tuple[str, ...]
+    span: int
+    origins: frozenset[str]
+
+
+class NotElementwise(Exception):
+    pass
+
+
+class PrologueCheck(NullHandler):
+    """Records the buffers a body loads; an op other than a load or elementwise math
+    (one the Triton overrides write as an expression) refuses the body."""
+
+    def __init__(self):
+        self.reads: dict[str, None] = {}  # in the order first loaded
+
+    def load(self, name, index):
+        self.reads[name] = None
+
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        raise NotElementwise("a gather")
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        elementwise = hasattr(TritonOverrides, name)  # written as an expression
+        if name not in ("constant", "index_expr") and not elementwise:
+            raise NotElementwise(name)
+        return lambda *args, **kwargs: None
+
+
+def prologue_of(graph, box: TensorBox) -> Prologue | None:
+    """box's body, to compute in the template, if it pays (above); else None."""
+    viewed = box
+    while isinstance(viewed.data, GenericView):
+        viewed = viewed.data.box
+    if not config.prologue_fusion or not isinstance(viewed.data, Pointwise):
+        return None  # stored already, or a view of memory
+    node = graph.current_node
+    arg = next((a for a in node.all_input_nodes if graph.env.get(a) is box), None)
+    while arg is not None and arg.target in VIEW_TARGETS:
+        arg = arg.args[0]
+    if arg is None or list(readers(arg)) != [node]:
+        return None  # read elsewhere too: stored once for all its readers
+    check = PrologueCheck()
+    try:
+        with set_handler(check):
+            box.make_loader()(index_vars(len(box.get_size())))
+    except NotElementwise as why:
+        log.info("minductor: matmul operand stored, not computed: %s", why)
+        return None
+    held = {x.name: x for x in graph.buffers}
+    inputs = graph.graph_inputs.items()
+    held |= {n: v.data for n, v in inputs if isinstance(v, TensorBox)}
+    if not all(name in held for name in check.reads):
+        return None
+    hint = graph.sizevars.size_hint
+    spans = [hint(storage_elements(held[n].layout)) for n in check.reads]
+    read = sum(s * held[n].get_dtype().itemsize for n, s in zip(check.reads, spans))
+    holds = math.prod(int(s) for s in box.get_size()) * box.get_dtype().itemsize
+    if read > 1.1 * holds:
+        log.info("minductor: matmul operand stored, not computed: it reads %d bytes "
+                 "and holds %d", read, holds)  # fmt: skip
+        return None
+    reads, origins = tuple(check.reads), viewed.data.origins
+    return Prologue(box.make_loader(), reads, max(spans, default=1), origins)
+
+
+def stand_in(box: TensorBox) -> Buffer:
+    """What the template and its timing see of a computed operand: its size, dtype
+    and device, contiguous; no buffer of that name exists."""
+    layout = FixedLayout.contiguous(box.get_device(), box.get_dtype(), box.get_size())
+    return Buffer("computed", layout)
+
+
+class PrologueOpsHandler(KernelOpsHandler):
+    """Ops of an operand computed in the template: each index a tile of the
+    operand's, each load under the operand's mask."""
+
+    def __init__(self, kernel: TritonKernel, side: str, shape: str):
+        super().__init__(kernel, None)
+        self.mask, self.shape = f"{side}_mask", shape
+        self.lanes = {_lane(side, "m" if side == "a" else "k"),
+                      _lane(side, "k" if side == "a" else "n")}  # fmt: skip
+
+    def _index(self, index: sympy.Expr) -> str:
+        if index.free_symbols & self.lanes:
+            return texpr(index)
+        return f"tl.zeros({self.shape}, tl.int32) + ({texpr(index)})"  # one address
+
+    def load(self, name, index):
+        ptr = self.kernel.args.input(name)
+        load = f"tl.load({ptr} + ({self._index(index)}), {self.mask}, other=0)"
+        return self.kernel.newvar(load)
+
+    def index_expr(self, expr, dtype):
+        return self.kernel.newvar(f"({self._index(expr)}).to({TRITON_DTYPES[dtype]})")
+
+
+def _lane(side: str, dim: str) -> sympy.Symbol:
+    return sympy.Symbol(f"{side}_{dim}", integer=True, nonnegative=True)
+
+
+def prologue_lines(kernel: TritonKernel, prologue: Prologue, side: str, node):
+    """The lines computing a tile of operand `side` ("a" or "b"), and its name."""
+    cfg, batch = node.tiles, len(node.a_view.size) == 3
+    if side == "a":
+        index = [_lane("a", "m"), _lane("a", "k")]
+        shape = f"[{cfg.BLOCK_M}, {cfg.BLOCK_K}]"
+    else:
+        index = [_lane("b", "k"), _lane("b", "n")]
+        shape = f"[{cfg.BLOCK_K}, {cfg.BLOCK_N}]"
+    if batch:
+        index.insert(0, sympy.Symbol("batch", integer=True, nonnegative=True))
+    lines, cse = kernel.lines, kernel.cse
+    # the prologue's own lines and expressions; its names still count in `cse`, so
+    # that the epilogue's temporaries are numbered after them
+    kernel.lines, kernel.cse = [], {("before", key): v for key, v in cse.items()}
+    with set_handler(PrologueOpsHandler(kernel, side, shape)):
+        value = prologue.loader(index)
+    body, kernel.lines = kernel.lines, lines
+    kept = {("prologue", key): v for key, v in kernel.cse.items() if key[0] != "before"}
+    kernel.cse = cse | kept
+    return body, value
+
+
+def computed_operand(lines: list[str], side: str, body: list[str], value, as_dtype):
+    """The template's lines with operand `side` computed where it was loaded: its
+    pointers gone, its load replaced by the lines that compute its tile."""
+    where = {"a": ("a_m = rm[:, None]", "a_k = k + rk[None, :]"),
+             "b": ("b_k = k + rk[:, None]", "b_n = rn[None, :]")}[side]  # fmt: skip
+    out = []
+    for line in lines:
+        if line.lstrip().startswith(f"{side}_ptrs"):  # defined, then stepped
+            continue
+        if line.startswith(f"    {side} = tl.load("):
+            out += ["    " + x for x in (*where, *body)]
+            line = f"    {side} = tl.where({side}_mask, {value}, 0).to({as_dtype})"
+        out.append(line)
+    return out
 
 
 def _backends() -> set[str]:
@@ -270,13 +449,22 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
     if why is not None:
         log.info("minductor: matmul by cuBLAS, not the template: %s", why)
         return None
-    a, b = graph.realize_viewed(a), graph.realize_viewed(b)
-    node = graph.current_node
+    node, prologues = graph.current_node, (None, None)
+    if node is not None and memory_bound(a, b):  # an operand computed in it (above)
+        prologues = (prologue_of(graph, a), prologue_of(graph, b))
+    a, b = (
+        stand_in(x) if p else graph.realize_viewed(x) for x, p in zip((a, b), prologues)
+    )
     epilogue = node is not None and extern.read_by_pointwise_ops(node)
-    cfg = choose_tiles(a, b, allow_cublas="ATEN" in backends, epilogue=epilogue)
+    computed = tuple(p is not None for p in prologues)
+    cfg = choose_tiles(
+        a, b, allow_cublas="ATEN" in backends, epilogue=epilogue, computed=computed
+    )
     if isinstance(cfg, SplitK):  # below: K in slices, their products summed
         return split_k_product(graph, a, b, cfg)
-    return None if cfg is None else matmul_template(graph, a, b, cfg)
+    if cfg is None:  # cuBLAS: the caller stores any operand computed here
+        return None
+    return matmul_template(graph, a, b, cfg, prologues=prologues)
 
 
 CANDIDATES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
@@ -318,14 +506,16 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def choose_tiles(
-    a: Buffer, b: Buffer, allow_cublas: bool, epilogue: bool = False
+    a: Buffer, b: Buffer, allow_cublas: bool, epilogue=False, computed=(False, False)
 ) -> TileConfig | SplitK | None:
     """The template's tiles for a @ b (or a split of K), or None for cuBLAS: measured
-    on a GPU."""
+    on a GPU. `computed`: which operands the template would compute (a prologue),
+    which cuBLAS would need a kernel to store first."""
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
     candidates = candidate_tiles(m, n, k, dtype)
-    splits = k_splits(m, n, k) if len(a.get_size()) == 2 else []
+    plain = len(a.get_size()) == 2 and not any(computed)  # a split reads memory
+    splits = k_splits(m, n, k) if plain else []
     if device.type != "cuda" or interpret_mode():  # nothing to time: the rules
         if allow_cublas:
             return None
@@ -337,12 +527,14 @@ def choose_tiles(
             ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
     shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
     plans = candidates + [split_k(m, n, k, dtype, s) for s in splits]
-    time_one = _timer(a, b, x, y, shape, plans, epilogue and allow_cublas)
+    time_one = _timer(a, b, x, y, shape, plans, epilogue and allow_cublas, computed)
     choices = [dataclasses.asdict(c) for c in candidates]
     choices += [{"split_k": s} for s in splits]
     choices += [{"cublas": 1}] if allow_cublas else []
     text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
     text += ["# cuBLAS timed with its epilogue's pass"] if epilogue and allow_cublas else []
+    for side, c in zip("ab", computed):
+        text += [f"# cuBLAS timed with operand {side}'s pass"] if c else []
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     try:
         with fake_off():
@@ -371,16 +563,18 @@ def _gpu_time(fn) -> float:
         return do_bench(fn, warmup=5, rep=25, return_mode="median")
 
 
-def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates, epilogue):
+def _pass_time(t: torch.Tensor) -> float:
+    """A pointwise kernel's time over t (it reads t and writes as much)."""
+    after = torch.empty_like(t)
+    return _gpu_time(lambda: torch.neg(t, out=after))
+
+
+def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epilogue,
+           computed=(False, False)):  # fmt: skip
     from concurrent.futures import ThreadPoolExecutor
 
-    from minductor.runtime import (
-        KERNEL_HEADER,
-        launch,
-        launcher_for,
-        load_module,
-        rand_strided,
-    )
+    from minductor.runtime import KERNEL_HEADER, launch, launcher_for
+    from minductor.runtime import load_module, rand_strided
 
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
@@ -419,14 +613,15 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape: str, candidates,
                      shape, cfg, str(error).splitlines()[0])  # fmt: skip
 
     def time_one(choice: dict) -> float:
-        if "cublas" in choice:
+        if "cublas" in choice:  # with a kernel storing each computed operand first
             ms = _gpu_time(lambda: torch.matmul(*xs))
+            ms += sum(_pass_time(t) for t, c in zip(xs, computed) if c)
             if not epilogue:
-                log.info("minductor: matmul %s: cuBLAS %.1f us", shape, ms * 1e3)
+                also = " with its operands' passes" if any(computed) else ""
+                log.info("minductor: matmul %s: cuBLAS %.1f us%s", shape,
+                         ms * 1e3, also)  # fmt: skip
                 return ms
-            product = torch.matmul(*xs)
-            after = torch.empty_like(product)
-            pass_ms = _gpu_time(lambda: torch.neg(product, out=after))
+            pass_ms = _pass_time(torch.matmul(*xs))
             log.info("minductor: matmul %s: cuBLAS %.1f us + %.1f us for its epilogue's "
                      "pass", shape, ms * 1e3, pass_ms * 1e3)  # fmt: skip
             return ms + pass_ms

@@ -140,7 +140,8 @@ def test_a_reduction_and_a_producer_stay_out_with_their_reasons(device):
     log = logs(later)
     assert "is a reduction: a template's epilogue is pointwise" in log
     assert "fuse buf0 + buf2" in log  # x + 1, after the template: computed on its tiles
-    log = logs(lambda x, w: ((x * 2) @ w,))
+    # x * 2, read by the product alone, would be computed in the template (below)
+    log = logs(lambda x, w: ((y := x * 2) @ w, y))
     assert "reads buf0[*] but buf0 writes" in log  # the template reads x * 2 whole
 
 
@@ -453,9 +454,10 @@ def rules_only(monkeypatch):
     """The choice without timing, as in the interpreter: on a GPU too, so that the
     split runs in real Triton."""
 
-    def choose(a, b, allow_cublas, epilogue=False):
+    def choose(a, b, allow_cublas, epilogue=False, computed=(False, False)):
         _, m, n, k = templates._size(a.layout, b.layout)
-        splits = templates.k_splits(m, n, k) if len(a.get_size()) == 2 else []
+        plain = len(a.get_size()) == 2 and not any(computed)
+        splits = templates.k_splits(m, n, k) if plain else []
         if splits:
             return templates.split_k(m, n, k, a.get_dtype(), splits[0])
         return templates.candidate_tiles(m, n, k, a.get_dtype())[0]
@@ -536,3 +538,91 @@ def test_on_the_gpu_splits_of_k_are_timed_against_the_tiles(caplog, tmp_path):
         compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=0.5)
     timed = [r for r in caplog.messages if "template K in " in r and " us" in r]
     assert len(timed) == len(templates.k_splits(256, 256, 16384)) >= 2
+
+
+# --- prologues: an operand computed in the template, where that pays ----------------
+
+BF16 = torch.bfloat16
+# name -> (fn of (a, b), a's size, b's size, dtypes of a and b, the operand computed)
+PROLOGUES = {
+    # x + 1 is 1 where x is 0: past K's end the computed tile must still be zero
+    "x + 1, K past a tile": (lambda a, b: (a + 1) @ b, (17, 33), (33, 65), None, "a"),
+    "exp, K of 1": (lambda a, b: a.exp() @ b, (17, 1), (1, 5), None, "a"),
+    "relu, M of 1": (lambda a, b: torch.relu(a) @ b, (1, 33), (33, 17), None, "a"),
+    "a weight's view": (lambda a, w: a @ (w * 0.5).t(), (33, 17), (65, 17), None, "b"),
+    "both": (lambda a, b: a.sin() @ b.cos(), (17, 33), (33, 65), None, "ab"),
+    "a per-column scale": (lambda a, b: (a * a[0]) @ b, (17, 33), (33, 9), None, "a"),
+    "batched, batch of 1": (lambda a, b: torch.bmm(a.sigmoid(), b), (1, 17, 33),
+                            (1, 33, 5), None, "a"),  # fmt: skip
+    "batched": (lambda a, b: torch.bmm(a, b * 2), (3, 17, 33), (3, 33, 5), None, "b"),
+    "to a wider type": (lambda a, b: a.float() @ b, (17, 33), (33, 9), (BF16, None), "a"),
+    "scaled, float16": (lambda a, b: (a * 0.5) @ b, (17, 65), (65, 33),
+                        (torch.float16,) * 2, "a"),  # fmt: skip
+    "scaled, bfloat16": (lambda a, b: (a * 0.5) @ b, (17, 65), (65, 33), (BF16,) * 2, "a"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(PROLOGUES))
+def test_a_pointwise_operand_is_computed_in_the_template(case, device):
+    fn, a_size, b_size, dtypes, computed = PROLOGUES[case]
+    dtypes = dtypes or (torch.float32, torch.float32)
+    a = randn(*a_size, device=device, dtype=dtypes[0] or torch.float32)
+    b = randn(*b_size, device=device, dtype=dtypes[1] or torch.float32)
+    tol = TOL[dtypes[0]] if dtypes[0] == dtypes[1] else 1e-4
+    kernels, sources = compile_and_compare(fn, a, b, tol=tol)
+    assert len(kernels) == 1 and kernels[0].startswith("triton_tem_fused_")
+    for side in "ab":
+        assert (f"{side} = tl.where({side}_mask, " in sources[0]) is (side in computed)
+        assert (f"{side}_ptrs" in sources[0]) is (side not in computed)
+
+
+# name -> (fn, a's size, b's size, a's dtype): operands that stay a kernel of their own
+STORED = {
+    # a conversion to a narrower type reads twice what the operand holds
+    "to a narrower type": (lambda a, b: a.to(BF16) @ b.to(BF16), (17, 33), (33, 9)),
+    # a sum of two halves of a reads twice what it holds (a + a.flip(0) would not:
+    # what counts is the bytes of the buffers read)
+    "a residual add": (lambda a, b: (a[:, :33] + a[:, 33:]) @ b, (17, 66), (33, 9)),
+    "read twice": (lambda a, b: ((r := a.relu()) @ b, r * 2), (17, 33), (33, 9)),
+    "a gather": (lambda a, b: a[torch.arange(16, -1, -1, device=a.device)] @ b,
+                 (17, 33), (33, 9)),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(STORED))
+def test_an_operand_that_would_not_pay_is_stored(case, device):
+    fn, a_size, b_size = STORED[case]
+    a, b = randn(*a_size, device=device), randn(*b_size, device=device)
+    tol = 5e-2 if "narrower" in case else 1e-4
+    kernels, sources = compile_and_compare(fn, a, b, tol=tol)
+    assert len(kernels) >= 2 and "tl.where(a_mask" not in sources[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_prologue_fusion_off_stores_the_operand(device):
+    a, b = randn(17, 33, device=device), randn(33, 9, device=device)
+    options = {**FORCED, "prologue_fusion": False}
+    kernels, sources = compile_and_compare(lambda a, b: (a + 1) @ b, a, b, options=options)
+    assert len(kernels) == 2 and "tl.where(a_mask" not in sources[0]
+
+
+@pytest.mark.parametrize("m, n, k, dtype", [
+    (16, 4096, 4096, torch.bfloat16),  # decode-sized: far below the ridge
+    (1024, 1024, 64, torch.bfloat16),  # attention scores: K of one head
+    (1024, 1024, 1024, torch.bfloat16),  # 341 operations per byte: just above
+    (896, 896, 896, torch.bfloat16),  # 299: just below
+    (512, 512, 512, torch.float32),  # 85: below, for its 4-byte elements
+    (8192, 4096, 4096, torch.bfloat16),  # far above
+])  # fmt: skip
+def test_a_prologue_is_only_for_memory_bound_products(m, n, k, dtype):
+    """memory_bound against the roofline written out, on both sides of the ridge."""
+    from minductor.ir import FixedLayout, InputBuffer, TensorBox
+
+    def box(*size):
+        return TensorBox(InputBuffer("x", FixedLayout.contiguous("cpu", dtype, size)))
+
+    intensity = 2 * m * n * k / (dtype.itemsize * (m * k + k * n + m * n))
+    assert templates.memory_bound(box(m, k), box(k, n)) is (intensity < templates.RIDGE)
+    assert templates.memory_bound(box(3, m, k), box(3, k, n)) is (intensity < 300)

@@ -10,11 +10,15 @@ root:
 
     python tools/template_bench.py [--rounds 5] [--json OUT.json] [--log OUT.txt]
     python tools/template_bench.py --suite split-k [...]
+    python tools/template_bench.py --suite prologues [...]
 
 --log keeps minductor's autotuning log of the "ATEN,TRITON" compiles (the times of
 every candidate, and the winner of each product). `--suite split-k` times products
 long in K (weight gradients): the template with and without splits of K, cuBLAS, the
-chosen path, and Inductor's max-autotune, which may split K too.
+chosen path, and Inductor's max-autotune, which may split K too. `--suite prologues`
+times products whose operand is computed in the template (an activation, a scale, a
+widening conversion) against cuBLAS after a kernel that stores the operand, and
+Inductor's max-autotune, which fuses prologues too.
 """
 
 from __future__ import annotations
@@ -110,6 +114,24 @@ def split_k_workloads():
         r(128, 65536), r(65536, 128))  # fmt: skip
 
 
+PROLOGUE_BACKENDS = {**BACKENDS, "inductor": "inductor"}
+
+
+def prologue_workloads():
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    yield "relu(x) @ W 8192x4096x4096", (lambda x, w: torch.relu(x) @ w), (
+        r(8192, 4096), r(4096, 4096))  # fmt: skip
+    yield "(q * 0.125) @ k.T 32x1024x1024x64", (
+        lambda q, k: (q * 0.125) @ k.transpose(1, 2)), (
+        r(32, 1024, 64), r(32, 1024, 64))  # fmt: skip
+    yield "decode M=16 silu(x) @ W 4096x11008", (lambda x, w: F.silu(x) @ w), (
+        r(16, 4096), r(4096, 11008))  # fmt: skip
+    yield "decode M=16 x.float() @ W fp32 4096x4096", (lambda x, w: x.float() @ w), (
+        r(16, 4096), r(4096, 4096, dtype=torch.float32))  # fmt: skip
+
+
 def _compiled(fn, options):
     if options is None:
         return fn
@@ -123,10 +145,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--log", help="write the autotuning log of the chosen path here")
-    parser.add_argument("--suite", choices=["epilogues", "split-k"], default="epilogues")
+    suites = ["epilogues", "split-k", "prologues"]
+    parser.add_argument("--suite", choices=suites, default="epilogues")
     args = parser.parse_args()
     split = args.suite == "split-k"
-    backends = SPLIT_K_BACKENDS if split else BACKENDS
+    backends = {"split-k": SPLIT_K_BACKENDS, "prologues": PROLOGUE_BACKENDS}.get(
+        args.suite, BACKENDS
+    )
+    suite = {"split-k": split_k_workloads, "prologues": prologue_workloads}.get(
+        args.suite, workloads
+    )
     assert torch.cuda.is_available(), "this probe needs a CUDA GPU"
     lines = []
     keep = logging.Handler(logging.INFO)
@@ -134,7 +162,7 @@ def main() -> None:
     logger = logging.getLogger("minductor")
     logger.setLevel(logging.INFO)
     rows = []
-    for name, fn, inputs in split_k_workloads() if split else workloads():
+    for name, fn, inputs in suite():
         torch._dynamo.reset()
         runs, errors = {}, {}
         expected = fn(*inputs).float()
@@ -162,6 +190,7 @@ def main() -> None:
         }
         if split:
             row["template vs tiles only"] = med["tiles only"] / med["template"]
+        if "inductor" in med:
             row["chosen vs inductor"] = med["inductor"] / med["chosen"]
         rows.append(row)
         spread = {b: f"[{min(t):.3f}-{max(t):.3f}]" for b, t in times.items()}
@@ -170,8 +199,8 @@ def main() -> None:
             + " | ".join(f"{med[b]:.3f} {spread[b]}" for b in runs)
             + f" | {med['cuBLAS'] / med['template']:.2f}x"
             + f" | {row['chosen vs the faster']:.2f}x |"
-            + (f" {row['template vs tiles only']:.2f}x | {row['chosen vs inductor']:.2f}x |"
-               if split else ""),
+            + (f" {row['template vs tiles only']:.2f}x |" if split else "")
+            + (f" {row['chosen vs inductor']:.2f}x |" if "inductor" in med else ""),
             flush=True,
         )
     if args.log:
