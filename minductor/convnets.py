@@ -307,17 +307,23 @@ def max_pool2d_backward(
     return TensorBox(Pointwise(x.get_device(), dtype, inner_fn, size, origins))
 
 
-def _avg_divisor(oh, ow, kernel, stride, padding, hw, include_pad, override):
+def _avg_divisor(oh, ow, kernel, stride, padding, hw, include_pad, compute, override):
+    """What the window at (oh, ow) divides its sum by, as a value of the kernel."""
     if override:
-        return sympy.Integer(override)
+        return ops.constant(override, compute)
+
+    def integer(n):
+        return ops.constant(n, torch.int64)
+
     bounds = []
     for o, k, s, p, n in zip((oh, ow), kernel, stride, padding, hw):
-        start = o * s - p
-        end = sympy.Min(start + k, n + p)  # cut at the padded input's end
+        start = ops.index_expr(o * s - p, torch.int64)
+        end = ops.minimum(ops.add(start, integer(k)), integer(n + p))  # the padded end
         if not include_pad:  # only what lies inside the input
-            start, end = sympy.Max(start, 0), sympy.Min(end, n)
-        bounds.append(end - start)
-    return bounds[0] * bounds[1]
+            start = ops.maximum(start, integer(0))
+            end = ops.minimum(end, integer(n))
+        bounds.append(ops.sub(end, start))
+    return ops.to_dtype(ops.mul(*bounds), compute)
 
 
 def _avg_options(kernel_size, stride, padding):
@@ -353,9 +359,10 @@ def avg_pool2d(
                     value = ops.where(inside.value, value, ops.constant(0, compute))
                 total = ops.add(total, value)
         divisor = _avg_divisor(
-            oh, ow, kernel, stride, padding, hw, count_include_pad, divisor_override
+            oh, ow, kernel, stride, padding, hw, count_include_pad, compute,
+            divisor_override,
         )
-        divided = ops.truediv(total, ops.index_expr(divisor, compute))
+        divided = ops.truediv(total, divisor)
         return ops.to_dtype(divided, dtype)
 
     size = [*x.get_size()[:-2], *map(sympy.Integer, out)]
@@ -381,11 +388,11 @@ def avg_pool2d_backward(
             for j in range(kernel[1]):
                 ow, has_col = _candidate(w, j, padding[1], stride[1], out[1])
                 divisor = _avg_divisor(
-                    oh, ow, kernel, stride, padding, hw, count_include_pad,
+                    oh, ow, kernel, stride, padding, hw, count_include_pad, compute,
                     divisor_override,
                 )
                 g = ops.to_dtype(load_grad([*batch, oh, ow]), compute)
-                share = ops.truediv(g, ops.index_expr(divisor, compute))
+                share = ops.truediv(g, divisor)
                 take = ops.logical_and(has_row, has_col)
                 total = ops.add(total, ops.where(take, share, ops.constant(0, compute)))
         return ops.to_dtype(total, dtype)
