@@ -581,14 +581,22 @@ BORROWED = [
 
 
 def decomposition_table() -> dict[OpOverload, Callable[..., object]]:
-    from torch._decomp import get_decompositions
+    global _last_table
+    made_from = (tuple(BORROWED), tuple(decompositions.items()), tuple(MISLEADING_META))
+    if _last_table is None or _last_table[0] != made_from:
+        from torch._decomp import get_decompositions
 
-    table = dict(get_decompositions(BORROWED))
-    table.update(decompositions)
-    return {
-        op: fn if op in MISLEADING_META else held_to_meta(op, fn)
-        for op, fn in table.items()
-    }
+        table = dict(get_decompositions(BORROWED))
+        table.update(decompositions)
+        wrapped = {
+            op: fn if op in MISLEADING_META else held_to_meta(op, fn)
+            for op, fn in table.items()
+        }
+        _last_table = (made_from, wrapped)
+    return dict(_last_table[1])
+
+
+_last_table: tuple[tuple, dict[OpOverload, Callable[..., object]]] | None = None
 
 
 # ops whose meta function disagrees with eager's own kernel, with how: a decomposition

@@ -441,6 +441,30 @@ def test_ours_override_borrowed_ones():
     assert decomposition_table()[aten.elu.default].__wrapped__ is before
 
 
+def test_the_kept_table_is_rebuilt_when_what_it_is_made_from_changes():
+    # BORROWED, ours and MISLEADING_META each change the table at once
+    import minductor.decompositions as d
+    from torch._decomp import get_decompositions
+
+    op = next(o for o in decomposition_table() if o.overloadpacket in BORROWED)
+    packet = op.overloadpacket
+    torchs = get_decompositions([packet])[op]
+    assert decomposition_table()[op] is not torchs  # held to its meta
+    d.MISLEADING_META[op] = "a test's entry"
+    try:
+        assert decomposition_table()[op] is torchs
+    finally:
+        del d.MISLEADING_META[op]
+    assert decomposition_table()[op].__wrapped__ is torchs
+    at = BORROWED.index(packet)
+    BORROWED.remove(packet)
+    try:
+        assert op not in decomposition_table() or op in decompositions
+    finally:
+        BORROWED.insert(at, packet)
+    assert op in decomposition_table()
+
+
 def test_table_is_a_fresh_dict_each_time():
     first = decomposition_table()
     first[aten.sin.default] = None
