@@ -18,12 +18,12 @@
 #
 # **Difficulty:** medium. A dozen lines; knowing what may not move is the exercise.
 #
-# **You will:** write the half of chapter 25's overlap pass that moves each wait down
+# **You will:** write the half of chapter 26's overlap pass that moves each wait down
 # the schedule, so that the work that does not need a collective's result runs while
 # the collective is in flight. Then swap it into the compiler and check the schedules
 # and the answers of a few graphs, in a process group of one process.
 #
-# **It builds on** chapter 25 (*Many GPUs*): `CollectiveKernel`, `WaitKernel`,
+# **It builds on** chapter 26 (*Many GPUs*): `CollectiveKernel`, `WaitKernel`,
 # `reorder_for_overlap`; chapter 14's scheduler nodes (`names`, `dep_names`) and its
 # `order_mutations`, which makes a write into a collective's input depend on the wait.
 #

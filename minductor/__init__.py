@@ -28,8 +28,9 @@ from minductor import (  # noqa: E402, F401
     partition,  # ch. 21: not a lowering; joins capture's graph_splitters
     debug,  # ch. 22: debug folders, torch's logs and traces, explain
     templates,  # ch. 23: matmul templates; takes mm, bmm and addmm over from ch. 12
-    cache,  # ch. 24: compiled graphs kept on disk; joins capture's graph_caches
-    distributed,  # ch. 25: collectives and their waits; joins the schedule_passes
+    select_algorithm,  # ch. 24: the template's tiles, or cuBLAS, chosen by timing
+    cache,  # ch. 25: compiled graphs kept on disk; joins capture's graph_caches
+    distributed,  # ch. 26: collectives and their waits; joins the schedule_passes
 )
 
 

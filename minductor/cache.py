@@ -1,4 +1,4 @@
-# generated from chapters/24_cache.md — edit there
+# generated from chapters/25_cache.md — edit there
 
 """Compiled graphs kept on disk, named by everything that decides their code."""
 
@@ -241,7 +241,7 @@ def keep(path: Path, entry: dict, which: str) -> bool:
 
 
 GRAPHS = GraphCache()
-graph_caches.register(GRAPHS, chapter=24, name="graph_cache")
+graph_caches.register(GRAPHS, chapter=25, name="graph_cache")
 
 
 def why_not_wired(gm, example_inputs) -> str | None:
@@ -445,7 +445,7 @@ class AotCache:
             used["aot"].add(key)
 
 
-aot_caches.register(AotCache(), chapter=24, name="aot_cache")
+aot_caches.register(AotCache(), chapter=25, name="aot_cache")
 
 
 used: dict[str, set[str]] = {"graphs": set(), "aot": set()}  # keys read or written

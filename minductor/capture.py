@@ -39,7 +39,7 @@ class CompiledGraph:
     fusion_log: list[str]
     call: Callable[[list[Any]], Any] = field(repr=False)
     constants: list[torch.Tensor] = field(default_factory=list, repr=False)
-    cache_key: str | None = None  # its name in the graph cache (chapter 24)
+    cache_key: str | None = None  # its name in the graph cache (chapter 25)
     _boxed_call: bool = True
 
     def __call__(self, args: list[Any]) -> Any:
@@ -54,7 +54,7 @@ _observers: list[list[CompiledGraph]] = []
 compile_hooks = PIPELINE["compile_hooks"]
 # each cache.key(gm, example_inputs, shape_env, user_visible) names a graph (None: this
 # one is not kept), cache.load(key, gm) reads it back, cache.save(key, gm, compiled,
-# warm_ups) keeps it: chapter 24 keeps compiled graphs on disk
+# warm_ups) keeps it: chapter 25 keeps compiled graphs on disk
 graph_caches = PIPELINE["graph_caches"]
 
 
@@ -186,7 +186,7 @@ graph_passes = PIPELINE["graph_passes"]
 graph_wrappers = PIPELINE["graph_wrappers"]
 # each aot_cache.key(gm, example_inputs, needs_grad) names a Dynamo graph (None: not
 # kept), .load(key, gm) gives back what AOTAutograd returned for it, and
-# .compiled(key, info, compiled) hears of each graph compiled for it: chapter 24
+# .compiled(key, info, compiled) hears of each graph compiled for it: chapter 25
 aot_caches = PIPELINE["aot_caches"]
 # each may compile a graph in pieces instead; None leaves it whole (ch. 21)
 graph_splitters = PIPELINE["graph_splitters"]

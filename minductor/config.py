@@ -1,4 +1,4 @@
-# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md, chapters/23_templates.md, chapters/24_cache.md, chapters/25_many_gpus.md — edit there
+# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/15_triton.md, chapters/18_memory.md, chapters/19_runtime.md, chapters/20_cudagraphs.md, chapters/21_partition.md, chapters/22_debugging.md, chapters/23_templates.md, chapters/24_choosing.md, chapters/25_cache.md, chapters/26_many_gpus.md — edit there
 
 from __future__ import annotations
 
@@ -79,12 +79,12 @@ class Config:
     decompose_k_threshold: int = 32
     # the most ways of splitting K that are timed (0: never split)
     num_decompose_k_splits: int = 5
-    # keep compiled graphs on disk, under cache_dir, and read them back (chapter 24)
+    # keep compiled graphs on disk, under cache_dir, and read them back (chapter 25)
     graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
-    # move independent work between a collective and its wait (chapter 25)
+    # move independent work between a collective and its wait (chapter 26)
     reorder_for_overlap: bool = True
     # on a graph's first call, check that every rank of its groups runs the same
-    # collectives on the same shapes, and say where they differ (chapter 25)
+    # collectives on the same shapes, and say where they differ (chapter 26)
     check_collectives: bool = True
 
 

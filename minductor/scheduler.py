@@ -408,7 +408,7 @@ class Scheduler:
         self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.dead_code_elimination()
         self.fuse_nodes()
-        for reorder in schedule_passes:  # chapter 25: overlap communication
+        for reorder in schedule_passes:  # chapter 26: overlap communication
             self.nodes = reorder(self)
         self.removed_buffers |= self._buffers_internal_to_kernels()
 

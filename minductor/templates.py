@@ -34,17 +34,16 @@ from minductor.ir import (
     Pointwise,
     ReinterpretBuffer,
     TensorBox,
-    as_exprs,
 )
 from minductor.lowering import VIEW_TARGETS, lowerings, readers, register_lowering
 from minductor.ops import NullHandler, ops, set_handler
+from minductor.pipeline import PIPELINE
 from minductor.sizevars import index_vars, texpr
 from minductor.pointwise import add
 from minductor.runtime import interpret_mode
 from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
 
 aten = torch.ops.aten
-prims = torch.ops.prims
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -214,6 +213,11 @@ def template_blocks(kernel: TritonKernel, node, numel, rnumel, interpret: bool):
     tiles = b * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
     kernel.numel = sympy.Integer(tiles)  # the launch: one program per tile
     return {"XBLOCK": 1, "num_warps": cfg.num_warps}, None
+
+
+def _precision(dtype: torch.dtype) -> str:
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if tf32 else "ieee"
 
 
 def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
@@ -440,6 +444,20 @@ def why_not_template(a: TensorBox, b: TensorBox) -> str | None:
     return None
 
 
+# which kernel computes a matmul: tiles for the template, None for cuBLAS, or a plan
+# with a .lower(graph, a, b); asked as choose(a, b, allow_cublas=, epilogue=, computed=)
+matmul_choices = PIPELINE["matmul_choices"]
+
+
+def choose(a: Buffer, b: Buffer, **how):
+    """The latest chapter's answer; NotImplemented asks the chapter before."""
+    for chooser in reversed(list(matmul_choices)):
+        plan = chooser(a, b, **how)
+        if plan is not NotImplemented:
+            return plan
+    raise AssertionError("matmul_choices: no pass answered")
+
+
 def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
     """a @ b by the template if it applies and is chosen; else None (cuBLAS)."""
     backends = _backends()
@@ -457,195 +475,23 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
     )
     epilogue = node is not None and extern.read_by_pointwise_ops(node)
     computed = tuple(p is not None for p in prologues)
-    cfg = choose_tiles(
+    plan = choose(
         a, b, allow_cublas="ATEN" in backends, epilogue=epilogue, computed=computed
     )
-    if isinstance(cfg, SplitK):  # below: K in slices, their products summed
-        return split_k_product(graph, a, b, cfg)
-    if cfg is None:  # cuBLAS: the caller stores any operand computed here
+    if plan is None:  # cuBLAS: the caller stores any operand computed here
         return None
-    return matmul_template(graph, a, b, cfg, prologues=prologues)
+    if not isinstance(plan, TileConfig):  # a plan that lowers itself (chapter 24)
+        return plan.lower(graph, a, b)
+    return matmul_template(graph, a, b, plan, prologues=prologues)
 
 
-CANDIDATES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
-    (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3),
-    (256, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-    (64, 64, 64, 4, 4), (64, 256, 32, 8, 4), (32, 64, 128, 4, 4),
-    (16, 64, 128, 4, 4), (16, 128, 128, 4, 3), (16, 32, 256, 4, 3),
-]  # fmt: skip
-SHARED_MEMORY = 200 * 1024  # bytes of an SM's 228 KB the pipelined tiles may take
-
-
-def candidate_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> list[TileConfig]:
-    """The rule's tiles, then each candidate that fits the product and the memory."""
-    found = [tile_config(m, n, k, dtype)]
-    size = dtype.itemsize
-    for bm, bn, bk, warps, stages in CANDIDATES:
-        if dtype == torch.float32:
-            bk = min(bk, 32)
-        if bm > _block(m, 256) or bn > _block(n, 256) or bk > _block(k, 256):
-            continue
-        if stages * (bm * bk + bk * bn) * size > SHARED_MEMORY:
-            continue
-        cfg = TileConfig(bm, bn, bk, warps, stages)
-        if cfg not in found:
-            found.append(cfg)
-    return found
-
-
-# the template alone, storing its tile: chapter 19's header, then this signature
-_PLAIN = """
-@triton.jit
-def kernel(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
-"""
-
-
-def _precision(dtype: torch.dtype) -> str:
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    return "tf32" if tf32 else "ieee"
-
-
-def choose_tiles(
-    a: Buffer, b: Buffer, allow_cublas: bool, epilogue=False, computed=(False, False)
-) -> TileConfig | SplitK | None:
-    """The template's tiles for a @ b (or a split of K), or None for cuBLAS: measured
-    on a GPU. `computed`: which operands the template would compute (a prologue),
-    which cuBLAS would need a kernel to store first."""
-    bsz, m, n, k = _size(a.layout, b.layout)
-    dtype, device = a.get_dtype(), a.get_device()
-    candidates = candidate_tiles(m, n, k, dtype)
-    plain = len(a.get_size()) == 2 and not any(computed)  # a split reads memory
-    splits = k_splits(m, n, k) if plain else []
-    if device.type != "cuda" or interpret_mode():  # nothing to time: the rules
-        if allow_cublas:
-            return None
-        return split_k(m, n, k, dtype, splits[0]) if splits else candidates[0]
-    from minductor.runtime import AutotuneFailed, autotune
-
-    # the examples are made with the operands' strides, from offset 0
-    x, y = (Operand(p, _operand(t.layout, p).stride, 0) for t, p in
-            ((a, "in_ptr0"), (b, "in_ptr1")))  # fmt: skip
-    shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
-    plans = candidates + [split_k(m, n, k, dtype, s) for s in splits]
-    time_one = _timer(a, b, x, y, shape, plans, epilogue and allow_cublas, computed)
-    choices = [dataclasses.asdict(c) for c in candidates]
-    choices += [{"split_k": s} for s in splits]
-    choices += [{"cublas": 1}] if allow_cublas else []
-    text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
-    text += ["# cuBLAS timed with its epilogue's pass"] if epilogue and allow_cublas else []
-    for side, c in zip("ab", computed):
-        text += [f"# cuBLAS timed with operand {side}'s pass"] if c else []
-    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
-    try:
-        with fake_off():
-            name = torch.cuda.get_device_name(device)
-            sizes = (bsz, m, n, k, str(dtype))  # bf16 and fp16 may share a text
-            won = autotune("\n".join(text), sizes, name, choices, time_one)
-    except AutotuneFailed as why:
-        log.warning("minductor: matmul %s: nothing could be timed: %s", shape, why)
-        return None if allow_cublas else candidates[0]
-    how = "cached" if won["cached"] else f"of {won['tried']}"
-    chosen = _plan(won["config"], m, n, k, dtype)
-    log.info("minductor: matmul %s: %s won, %.1f us (%s)", shape,
-             chosen or "cuBLAS", won["ms"] * 1e3, how)  # fmt: skip
-    return chosen
-
-
-def _gpu_time(fn) -> float:
-    """fn's time on the GPU, in ms: replayed from a CUDA graph, else as launched."""
-    from triton.testing import do_bench, do_bench_cudagraph
-
-    try:
-        return do_bench_cudagraph(fn, rep=25, return_mode="median")
-    except Exception as error:  # noqa: BLE001  (a choice a graph cannot hold)
-        why = str(error).splitlines()[0]
-        log.info("minductor: timed without a CUDA graph: %s", why)
-        return do_bench(fn, warmup=5, rep=25, return_mode="median")
-
-
-def _pass_time(t: torch.Tensor) -> float:
-    """A pointwise kernel's time over t (it reads t and writes as much)."""
-    after = torch.empty_like(t)
-    return _gpu_time(lambda: torch.neg(t, out=after))
-
-
-def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epilogue,
-           computed=(False, False)):  # fmt: skip
-    from concurrent.futures import ThreadPoolExecutor
-
-    from minductor.runtime import KERNEL_HEADER, launch, launcher_for
-    from minductor.runtime import load_module, rand_strided
-
-    bsz, m, n, k = _size(a.layout, b.layout)
-    dtype, device = a.get_dtype(), a.get_device()
-    fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
-    with fake_off():
-        sizes = [(t.get_size(), t.layout.stride) for t in (a, b)]
-        xs = [rand_strided(size, stride, device, dtype) for size, stride in sizes]
-        out = torch.empty(bsz * m * n, dtype=dtype, device=device)
-        most = max([p.splits for p in candidates if isinstance(p, SplitK)], default=0)
-        parts = torch.empty(most * m * n, dtype=torch.float32, device=device)
-        total = torch.empty(m * n, dtype=torch.float32, device=device)
-    kernels: dict[TileConfig, tuple] = {}  # each candidate's kernel and its programs
-
-    def build(plan: TileConfig | SplitK) -> None:
-        cfg, batch, depth, operands, into = plan, bsz, k, (x, y), out
-        if isinstance(plan, SplitK):  # a batch of slices of K, stored in float32
-            cfg, batch, depth = plan.tiles, plan.splits, k // plan.splits
-            views = split_layouts(a.layout, b.layout, plan.splits)
-            operands = [Operand(p, _operand(v, p).stride, 0)
-                        for v, p in zip(views, ("in_ptr0", "in_ptr1"))]  # fmt: skip
-            into = parts
-        precision = _precision(dtype)
-        lines = matmul_lines(batch, m, n, depth, *operands, cfg, precision, False)
-        lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
-        body = "\n".join("    " + line for line in lines)
-        module = load_module(KERNEL_HEADER + _PLAIN + body + "\n")
-        tiles = batch * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
-        kernels[plan] = (module.kernel, tiles)
-        try:
-            with torch.cuda.device(device):  # a new thread starts on GPU 0
-                warps = cfg.num_warps
-                launcher = launcher_for(module.kernel, (tiles,), (), 1, None, warps)
-                launcher.warm_up(*xs, into, tiles)
-        except Exception as error:  # its timing fails too, and drops it
-            log.info("minductor: matmul %s: template %s does not compile: %s",
-                     shape, cfg, str(error).splitlines()[0])  # fmt: skip
-
-    def time_one(choice: dict) -> float:
-        if "cublas" in choice:  # with a kernel storing each computed operand first
-            ms = _gpu_time(lambda: torch.matmul(*xs))
-            ms += sum(_pass_time(t) for t, c in zip(xs, computed) if c)
-            if not epilogue:
-                also = " with its operands' passes" if any(computed) else ""
-                log.info("minductor: matmul %s: cuBLAS %.1f us%s", shape,
-                         ms * 1e3, also)  # fmt: skip
-                return ms
-            pass_ms = _pass_time(torch.matmul(*xs))
-            log.info("minductor: matmul %s: cuBLAS %.1f us + %.1f us for its epilogue's "
-                     "pass", shape, ms * 1e3, pass_ms * 1e3)  # fmt: skip
-            return ms + pass_ms
-        if not kernels:  # the first template asked for: compile them all at once
-            with fake_off(), ThreadPoolExecutor(max(1, config.compile_threads)) as pool:
-                list(pool.map(build, candidates))
-        plan = _plan(choice, m, n, k, dtype)
-        kernel, tiles = kernels[plan]
-        cfg = plan.tiles if isinstance(plan, SplitK) else plan
-        into = parts if isinstance(plan, SplitK) else out
-
-        def run():
-            launch(kernel, tiles, *xs, into, XBLOCK=1, num_warps=cfg.num_warps)
-            if isinstance(plan, SplitK):  # the slices' sum, then the product's dtype
-                slices = parts[: plan.splits * m * n].view(plan.splits, -1)
-                out.copy_(torch.sum(slices, 0, out=total))
-
-        run()
-        torch.cuda.synchronize()
-        ms = _gpu_time(run)
-        log.info("minductor: matmul %s: template %s %.1f us", shape, plan, ms * 1e3)
-        return ms
-
-    return time_one
+@matmul_choices.register(chapter=23)
+def rule_tiles(a: Buffer, b: Buffer, allow_cublas: bool, epilogue=False, computed=()):
+    """cuBLAS where allowed, else the rule's tiles: nothing is measured."""
+    if allow_cublas:
+        return None
+    _, m, n, k = _size(a.layout, b.layout)
+    return tile_config(m, n, k, a.get_dtype())
 
 
 @register_lowering(aten.mm, aten.bmm, graph=True, extern=True)
@@ -662,67 +508,3 @@ def addmm(graph, bias, a, b, *, beta=1, alpha=1):
     mul = lowerings[aten.mul.Tensor]
     scaled = bias if beta == 1 else mul(bias, beta)
     return add(scaled, made, alpha=alpha)
-
-
-@dataclass(frozen=True)
-class SplitK:
-    """a @ b as the sum of `splits` products over slices of K: a batch of products
-    by the template, in float32, then a reduction over the batch."""
-
-    splits: int
-    tiles: TileConfig  # each slice's product's
-
-    def __str__(self) -> str:
-        return f"K in {self.splits} slices, {self.tiles}"
-
-
-def k_splits(m: int, n: int, k: int) -> list[int]:
-    """The ways of splitting K worth timing, in the order they are tried."""
-    if k < config.decompose_k_threshold * max(m, n):
-        return []
-    top = min(k // m, k // n, 256)
-    found = [s for s in range(2, top + 1) if k % s == 0 and k // s >= 128]
-
-    def order(s: int) -> tuple[bool, bool, int]:
-        piece = k // s
-        return piece & (piece - 1) != 0, piece % 32 != 0, s
-
-    return sorted(found, key=order)[: max(0, config.num_decompose_k_splits)]
-
-
-def split_k(m: int, n: int, k: int, dtype: torch.dtype, splits: int) -> SplitK:
-    return SplitK(splits, tile_config(m, n, k // splits, dtype))
-
-
-def _plan(choice: dict, m: int, n: int, k: int, dtype) -> TileConfig | SplitK | None:
-    """A choice as autotuning writes it down, back as what it names."""
-    if "cublas" in choice:
-        return None
-    if "split_k" in choice:
-        return split_k(m, n, k, dtype, choice["split_k"])
-    return TileConfig(**choice)
-
-
-def split_layouts(av: FixedLayout, bv: FixedLayout, s: int):
-    """a (M, K) and b (K, N) as batches of s slices of K: views, no copy."""
-    (m, k), n = av.size, bv.size[1]
-    piece = k // s
-    (am, ak), (bk, bn) = av.stride, bv.stride
-    a3 = FixedLayout(av.device, av.dtype, as_exprs((s, m, piece)),
-                     as_exprs((piece * ak, am, ak)), av.offset)  # fmt: skip
-    b3 = FixedLayout(bv.device, bv.dtype, as_exprs((s, piece, n)),
-                     as_exprs((piece * bk, bk, bn)), bv.offset)  # fmt: skip
-    return a3, b3
-
-
-def split_k_product(graph, a: Buffer, b: Buffer, plan: SplitK) -> TensorBox:
-    """a @ b as `plan` says: the slices' products by the template in float32, summed
-    by chapter 10's reduction, rounded once to the operands' dtype."""
-    (a, av), (b, bv) = in_memory(a), in_memory(b)
-    views = split_layouts(av, bv, plan.splits)
-    parts = matmul_template(graph, a, b, plan.tiles, views, torch.float32)
-    total = lowerings[aten.sum.dim_IntList](parts, [0])
-    graph.realize_intermediate(total)  # a reduction is read once stored (chapter 10)
-    if a.get_dtype() == torch.float32:
-        return total
-    return lowerings[prims.convert_element_type.default](total, a.get_dtype())

@@ -148,3 +148,24 @@ def log_messages(caplog) -> list[str]:
 def said(caplog, text: str) -> int:
     """How many caught messages contain text."""
     return sum(text in m for m in log_messages(caplog))
+
+
+FORCED = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"}
+TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def compile_and_compare(fn, *args, options=FORCED, tol=1e-4):
+    """fn compiled with the options (the matmul template forced), against eager;
+    (kernel names, sources)."""
+    torch._dynamo.reset()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor", options=options)(*args)
+    expected = fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    exps = expected if isinstance(expected, tuple) else (expected,)
+    for o, e in zip(outs, exps, strict=True):
+        assert (o.dtype, o.shape, o.stride()) == (e.dtype, e.shape, e.stride())
+        torch.testing.assert_close(o, e, atol=tol, rtol=tol)
+    kernels = [k for g in graphs for k in g.kernel_names]
+    assert [f for g in graphs for f in g.fallbacks] == []
+    return kernels, [g.source for g in graphs]

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.ch01
 # what the book registers, hook by hook, in the order the compiler runs it
 BOOK = {
     "graph_passes": [("fold_attention_masks", 12)],
-    "aot_caches": [("aot_cache", 24)],
+    "aot_caches": [("aot_cache", 25)],
     "graph_splitters": [("split_for_cudagraphs", 21)],
-    "graph_caches": [("graph_cache", 24)],
+    "graph_caches": [("graph_cache", 25)],
     "aten_passes": [
         ("build_on_the_device", 8),
         ("fuse_softmax_stats", 10),
@@ -32,12 +32,13 @@ BOOK = {
     "reduction_passes": [("split_reduction", 10)],
     "store_passes": [("store_narrow", 8), ("store_padded", 12)],
     "layout_rules": [("channels_last_rule", 13)],
+    "matmul_choices": [("rule_tiles", 23), ("choose_tiles", 24)],
     "fusion_rules": [("reads_where_overwritten", 14), ("template_epilogues", 23)],
-    "schedule_passes": [("reorder_for_overlap", 25)],
+    "schedule_passes": [("reorder_for_overlap", 26)],
     "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16), ("tem", 23)],
     "handovers": [("written_over", 18)],
-    "memory_plan": [("plan_memory", 18), ("collective_lines", 25)],
-    "graph_wrappers": [("cudagraphify", 20), ("check_ranks_agree", 25)],
+    "memory_plan": [("plan_memory", 18), ("collective_lines", 26)],
+    "graph_wrappers": [("cudagraphify", 20), ("check_ranks_agree", 26)],
     "compile_hooks": [("on_compiled", 22)],
 }
 
@@ -147,7 +148,7 @@ def test_the_table_is_the_same_whatever_order_the_modules_are_imported_in():
         package = types.ModuleType("minductor")
         package.__path__ = [root]
         sys.modules["minductor"] = package  # the modules alone, not __init__'s order
-        for name in ["distributed", "cache", "templates", "debug", "partition", "cudagraphs", "memory",
+        for name in ["distributed", "cache", "select_algorithm", "templates", "debug", "partition", "cudagraphs", "memory",
                      "codegen_reductions",
                      "convnets", "extern", "indexing", "reductions", "views", "factories",
                      "pointwise", "capture"]:

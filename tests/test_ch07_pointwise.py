@@ -44,7 +44,7 @@ def _pointwise_overloads():
         kinds = [str(a.type) for a in positional]
         allowed = {"Tensor", "number", "Optional[number]", "Optional[Tensor]"}
         not_pointwise = op in REDUCTIONS or op in EXTERN_OUT
-        not_pointwise |= op.namespace == "_c10d_functional"  # a wait (chapter 25)
+        not_pointwise |= op.namespace == "_c10d_functional"  # a wait (chapter 26)
         if "Tensor" in kinds and set(kinds) <= allowed and not not_pointwise:
             found.append(op)
     return found

@@ -19,7 +19,7 @@ import logging
 import torch
 import triton
 
-from minductor import templates
+from minductor import select_algorithm, templates
 from minductor.ir import Buffer, FixedLayout
 
 
@@ -32,7 +32,7 @@ def grid(m: int, n: int, k: int, dtype: torch.dtype) -> list[templates.TileConfi
                 for warps in (4, 8):
                     for stages in (2, 3, 4, 5):
                         tiles = stages * (bm * bk + bk * bn) * dtype.itemsize
-                        if tiles <= templates.SHARED_MEMORY and bm * bn <= 256 * 128:
+                        if tiles <= select_algorithm.SHARED_MEMORY and bm * bn <= 256 * 128:
                             found.append(templates.TileConfig(bm, bn, bk, warps, stages))
     return found
 
@@ -53,7 +53,7 @@ def main() -> None:
     x = templates.Operand("in_ptr0", (0, k, 1), 0)
     y = templates.Operand("in_ptr1", (0, n, 1), 0)
     configs = grid(m, n, k, dtype)
-    time_one = templates._timer(a, b, x, y, f"{m}x{n}x{k}", configs, False)
+    time_one = select_algorithm._timer(a, b, x, y, f"{m}x{n}x{k}", configs, False)
     cublas = time_one({"cublas": 1})
     timed = []
     for cfg in configs:
@@ -62,7 +62,7 @@ def main() -> None:
         except Exception as error:  # noqa: BLE001  (a configuration that fails)
             print(f"{cfg}: {str(error).splitlines()[0]}")
     timed.sort(key=lambda t: t[0])
-    ours = set(templates.candidate_tiles(m, n, k, dtype))
+    ours = set(select_algorithm.candidate_tiles(m, n, k, dtype))
     flops = 2 * m * n * k
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}: {m}x{n}x{k} {dtype}, {len(timed)} configs")  # fmt: skip

@@ -264,8 +264,8 @@ def test_a_batch_repeats_the_order_per_matrix():
 
 # %% [markdown]
 # `in_your_order` compiles matmuls whose template takes its tiles in your order: it
-# fills the template in with 16 × 16 tiles and `GROUP_M = 4` (instead of the tiles
-# `choose_tiles` picks), and replaces the template's grouped-order lines by a table of
+# fills the template in with 16 × 16 tiles and `GROUP_M = 4` (its own pass in the
+# pipeline's `matmul_choices`, which answers before the others), and replaces the template's grouped-order lines by a table of
 # your answers, one `tl.where` per program, so the kernel runs exactly the order
 # `tile_of` returns.
 
@@ -297,7 +297,7 @@ def in_your_order(fn, *args):
     """fn compiled with the template in your order and run: (result, kernel source)."""
     torch._dynamo.reset()
     with (
-        mock.patch.object(templates, "choose_tiles", lambda a, b, **how: TILES),
+        templates.matmul_choices.using(lambda a, b, **how: TILES, name="your_tiles"),
         mock.patch.object(templates, "matmul_lines", with_your_order),
         record_compiled() as graphs,
     ):

@@ -1,4 +1,4 @@
-"""Chapter 25: functional collectives as IR, the overlap pass, and DDP/FSDP2 with
+"""Chapter 26: functional collectives as IR, the overlap pass, and DDP/FSDP2 with
 compiled graphs, checked against eager on two `gloo` processes.
 
 Structure (IR, schedules, the wrapper's lines) is checked in a world of one process,
@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-pytestmark = pytest.mark.ch25
+pytestmark = pytest.mark.ch26
 c10d = torch.ops._c10d_functional
 
 

@@ -1,4 +1,4 @@
-"""Compiled graphs kept on disk (chapter 24): hits give eager's results bit for bit,
+"""Compiled graphs kept on disk (chapter 25): hits give eager's results bit for bit,
 every fact that decides the code is in the key, and a damaged cache recompiles."""
 
 import contextlib
@@ -20,7 +20,7 @@ from minductor.capture import record_compiled
 from minductor.config import config
 from minductor.lowering import lowerings
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ch24]
+pytestmark = [pytest.mark.e2e, pytest.mark.ch25]
 
 
 @pytest.fixture
