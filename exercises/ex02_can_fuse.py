@@ -132,9 +132,9 @@ print("\n".join(graph.fusion_log))
 # *kernel* touches, not what each node touches:
 #
 # * a buffer both nodes read is one input: the kernel loads it once (CSE removes the
-#   second load, chapter 15);
+#   second load, chapter 16);
 # * a buffer `a` writes and `b` reads is one output: `b` takes the value from a
-#   register (the store cache, chapter 15), it does not load it back.
+#   register (the store cache, chapter 16), it does not load it back.
 #
 # That second buffer is still counted, as a write, although its store may disappear
 # too: if no node outside the pair reads it and it is not a graph output, it never

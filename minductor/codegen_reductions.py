@@ -1,4 +1,4 @@
-# generated from chapters/16_reductions.md — edit there
+# generated from chapters/17_reductions.md — edit there
 
 from __future__ import annotations
 
@@ -284,5 +284,5 @@ def reduction_lines(
 
 
 reduction_kind = KindCodegen(reduction_blocks, reduction_lines)
-KERNEL_KINDS.register(reduction_kind, chapter=16, name=KernelKind.PERSISTENT)
-KERNEL_KINDS.register(reduction_kind, chapter=16, name=KernelKind.LOOPED)
+KERNEL_KINDS.register(reduction_kind, chapter=17, name=KernelKind.PERSISTENT)
+KERNEL_KINDS.register(reduction_kind, chapter=17, name=KernelKind.LOOPED)

@@ -1,4 +1,4 @@
-# generated from chapters/26_many_gpus.md — edit there
+# generated from chapters/27_many_gpus.md — edit there
 
 """Functional collectives as IR nodes: a collective starts, the graph's other work runs,
 and its wait makes the result readable."""
@@ -193,7 +193,7 @@ def reorder_for_overlap(scheduler: Scheduler) -> list[BaseSchedulerNode]:
     return sink_waits(raise_collectives(scheduler.nodes))
 
 
-PIPELINE["schedule_passes"].register(reorder_for_overlap, chapter=26)
+PIPELINE["schedule_passes"].register(reorder_for_overlap, chapter=27)
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def collective_lines(wrapper) -> None:
     ]
 
 
-memory_plan.register(collective_lines, chapter=26)
+memory_plan.register(collective_lines, chapter=27)
 
 
 def collective_signature(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
@@ -279,4 +279,4 @@ def check_ranks_agree(run: Any, info: Any) -> Any:
     return first_call_checks
 
 
-PIPELINE["graph_wrappers"].register(check_ranks_agree, chapter=26)
+PIPELINE["graph_wrappers"].register(check_ranks_agree, chapter=27)

@@ -408,7 +408,7 @@ class Scheduler:
         self.order = {n.get_name(): k for k, n in enumerate(self.nodes)}
         self.dead_code_elimination()
         self.fuse_nodes()
-        for reorder in schedule_passes:  # chapter 26: overlap communication
+        for reorder in schedule_passes:  # chapter 27: overlap communication
             self.nodes = reorder(self)
         self.removed_buffers |= self._buffers_internal_to_kernels()
 
@@ -572,7 +572,7 @@ class Scheduler:
         return numel * buf.layout.dtype.itemsize
 
     def buffer(self, name: str) -> Buffer | None:
-        """The buffer or graph input of that name (chapters 15 and 18 ask too)."""
+        """The buffer or graph input of that name (chapters 16 and 19 ask too)."""
         buffers = self.graph.buffers  # a list that only grows: index it when it has
         if len(getattr(self, "_by_name", ())) != len(buffers):
             self._by_name = {b.name: b for b in buffers}

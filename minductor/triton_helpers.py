@@ -1,4 +1,4 @@
-# generated from chapters/15_triton.md, chapters/16_reductions.md — edit there
+# generated from chapters/15_triton_ops.md, chapters/17_reductions.md — edit there
 
 import triton
 import triton.language as tl

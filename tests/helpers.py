@@ -16,10 +16,13 @@ from minductor.capture import record_compiled
 from minductor.ir import (
     ComputedBuffer,
     FallbackKernel,
+    FixedLayout,
     InputBuffer,
     MultiOutput,
     MultiOutputLayout,
+    Pointwise,
     ReinterpretBuffer,
+    TensorBox,
 )
 from minductor.lowering import GraphLowering
 from minductor.ops import EvalHandler, set_handler
@@ -169,3 +172,59 @@ def compile_and_compare(fn, *args, options=FORCED, tol=1e-4):
     kernels = [k for g in graphs for k in g.kernel_names]
     assert [f for g in graphs for f in g.fallbacks] == []
     return kernels, [g.source for g in graphs]
+
+
+# --- generated Triton kernels, loaded and launched directly (chapters 15 and 16) ---
+
+from minductor.codegen_triton import generate_kernel  # noqa: E402
+from minductor.ops import MATH_OPS, ops  # noqa: E402
+from minductor.runtime import launch, load_module  # noqa: E402
+from minductor.scheduler import Scheduler  # noqa: E402
+
+HEADER = (
+    "import triton\nimport triton.language as tl\n"
+    "from triton.language.extra import libdevice\n"
+    "from minductor import triton_helpers as helpers\n\n"
+)
+KERNEL_DEVICE = "cpu" if INTERPRET else "cuda"  # the interpreter runs CPU tensors
+
+
+def kernels_for(fn, *args):
+    scheduler = Scheduler(GraphLowering(make_fx(fn)(*args), list(args)).lower())
+    return scheduler, [
+        generate_kernel(n, scheduler.removed_buffers, interpret=True)
+        for n in scheduler.nodes
+        if not n.is_extern()
+    ]
+
+
+def body_lines(kernel):
+    return [line.strip() for line in kernel.source.splitlines()[2:]]
+
+
+def run_kernel(kernel, env):
+    """Load and launch a generated kernel on the tensors of env (outputs updated)."""
+    module = load_module(HEADER + kernel.source.replace("KERNEL_NAME", "kernel") + "\n")
+    moved = {name: t.to(KERNEL_DEVICE) for name, t in env.items()}
+    args = [moved[n] for n in kernel.call_args]
+    launch(module.kernel, kernel.numel, *args, **dict(kernel.meta))
+    for name, t in env.items():
+        t.copy_(moved[name])
+
+
+def one_op_buffer(name, inputs, out_dtype):
+    """buf0: the math op `name` of the inputs, elementwise, as a computed buffer."""
+    arity, _ = MATH_OPS[name]
+    boxes = [
+        TensorBox(InputBuffer(n, FixedLayout.from_tensor(t)))
+        for n, t in zip("ab", inputs)
+    ]
+    loaders = [b.make_loader() for b in boxes]
+    size = boxes[0].get_size()
+
+    def body(index):
+        return getattr(ops, name)(*[load(index) for load in loaders[:arity]])
+
+    cpu = torch.device("cpu")
+    layout = FixedLayout.contiguous(cpu, out_dtype, size)
+    return ComputedBuffer("buf0", layout, Pointwise(cpu, out_dtype, body, size))

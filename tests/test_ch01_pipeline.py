@@ -20,9 +20,9 @@ pytestmark = pytest.mark.ch01
 # what the book registers, hook by hook, in the order the compiler runs it
 BOOK = {
     "graph_passes": [("fold_attention_masks", 12)],
-    "aot_caches": [("aot_cache", 25)],
-    "graph_splitters": [("split_for_cudagraphs", 21)],
-    "graph_caches": [("graph_cache", 25)],
+    "aot_caches": [("aot_cache", 26)],
+    "graph_splitters": [("split_for_cudagraphs", 22)],
+    "graph_caches": [("graph_cache", 26)],
     "aten_passes": [
         ("build_on_the_device", 8),
         ("fuse_softmax_stats", 10),
@@ -32,14 +32,14 @@ BOOK = {
     "reduction_passes": [("split_reduction", 10)],
     "store_passes": [("store_narrow", 8), ("store_padded", 12)],
     "layout_rules": [("channels_last_rule", 13)],
-    "matmul_choices": [("rule_tiles", 23), ("choose_tiles", 24)],
-    "fusion_rules": [("reads_where_overwritten", 14), ("template_epilogues", 23)],
-    "schedule_passes": [("reorder_for_overlap", 26)],
-    "kernel_kinds": [("poi", 15), ("per", 16), ("red", 16), ("tem", 23)],
-    "handovers": [("written_over", 18)],
-    "memory_plan": [("plan_memory", 18), ("collective_lines", 26)],
-    "graph_wrappers": [("cudagraphify", 20), ("check_ranks_agree", 26)],
-    "compile_hooks": [("on_compiled", 22)],
+    "matmul_choices": [("rule_tiles", 24), ("choose_tiles", 25)],
+    "fusion_rules": [("reads_where_overwritten", 14), ("template_epilogues", 24)],
+    "schedule_passes": [("reorder_for_overlap", 27)],
+    "kernel_kinds": [("poi", 16), ("per", 17), ("red", 17), ("tem", 24)],
+    "handovers": [("written_over", 19)],
+    "memory_plan": [("plan_memory", 19), ("collective_lines", 27)],
+    "graph_wrappers": [("cudagraphify", 21), ("check_ranks_agree", 27)],
+    "compile_hooks": [("on_compiled", 23)],
 }
 
 

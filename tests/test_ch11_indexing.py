@@ -533,7 +533,7 @@ def test_cpu_index_tensors_and_scalars_with_cuda_tensors(case):
         got = torch.compile(fn, backend="minductor")(x, idx, v, scale)
     torch.testing.assert_close(got, fn(x, idx, v, scale))
     calls = "".join(g.source[g.source.index("def call"):] for g in graphs)
-    if case == "0-dim scalar":  # a number: copied without waiting for the GPU (ch. 17)
+    if case == "0-dim scalar":  # a number: copied without waiting for the GPU (ch. 18)
         assert "number_on(arg" in calls and ".to('cuda:0'" not in calls
     else:
         assert ".to('cuda:0', memory_format=torch.contiguous_format)" in calls

@@ -171,7 +171,7 @@ def lower_hypot(a, b):
 # %% [markdown]
 # The checks compile with minductor and compare with eager. Besides values they pin
 # structure: no fallback is left, and `hypot` appears in the kernel's name (kernels
-# are named after the ATen ops they compute, chapter 15), fused with the `mul` into a
+# are named after the ATen ops they compute, chapter 16), fused with the `mul` into a
 # single kernel.
 
 
@@ -372,4 +372,4 @@ test_xlogy_float16()
 #    `[eps, 1 - eps]` first). Which promotion kind?
 # 3. Lower `aten.atan2`. It cannot be composed from `MATH_OPS`, which has no
 #    arctangent: add a row to the table and follow the failing tests to the places
-#    that need it (chapter 3, challenge 1; chapter 15, challenge 3).
+#    that need it (chapter 3, challenge 1; chapter 16, challenge 3).
