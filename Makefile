@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# the book's examples compile afresh (chapter 26's turn the graph cache on themselves)
+# the book's examples compile afresh (chapter 27's turn the graph cache on themselves)
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 TRITON_INTERPRET=1 MINDUCTOR_GRAPH_CACHE=0
 
 .PHONY: install demo test test-fast book-build test-slow test-all docs site-check tangle clean

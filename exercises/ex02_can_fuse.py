@@ -23,7 +23,7 @@
 # `register_fusion_rule`, and watch it split a kernel in two, with its reason in the
 # fusion log.
 #
-# **It builds on** chapter 14 (*The scheduler*): `SchedulerNode`,
+# **It builds on** chapter 15 (*The scheduler*): `SchedulerNode`,
 # `FusedSchedulerNode`, their `reads`/`writes`, `Scheduler.can_fuse`,
 # `register_fusion_rule`, `fusion_rules` and the fusion log; and chapter 1 for
 # `record_compiled` and `CompiledGraph.fusion_log`.
@@ -73,12 +73,8 @@ import minductor  # noqa: F401  (before Triton is imported; registers the backen
 from minductor.capture import record_compiled
 from minductor.config import config
 from minductor.lowering import GraphLowering
-from minductor.scheduler import (
-    FusedSchedulerNode,
-    SchedulerNode,
-    fusion_rules,
-    register_fusion_rule,
-)
+from minductor.dependencies import FusedSchedulerNode, SchedulerNode
+from minductor.scheduler import fusion_rules, register_fusion_rule
 
 
 def compile_once(fn, *args):
@@ -132,9 +128,9 @@ print("\n".join(graph.fusion_log))
 # *kernel* touches, not what each node touches:
 #
 # * a buffer both nodes read is one input: the kernel loads it once (CSE removes the
-#   second load, chapter 16);
+#   second load, chapter 17);
 # * a buffer `a` writes and `b` reads is one output: `b` takes the value from a
-#   register (the store cache, chapter 16), it does not load it back.
+#   register (the store cache, chapter 17), it does not load it back.
 #
 # That second buffer is still counted, as a write, although its store may disappear
 # too: if no node outside the pair reads it and it is not a graph output, it never
@@ -175,7 +171,7 @@ def limit_io_buffers(limit):
 # ## Checks on scheduler nodes
 #
 # The first checks call your functions on scheduler nodes directly, built the way
-# chapter 14 builds them: lower a graph with `GraphLowering`, then make one
+# chapter 15 builds them: lower a graph with `GraphLowering`, then make one
 # `SchedulerNode` per buffer, *before* any fusion. In `g`, `t` has two users, and
 # with `realize_opcount_threshold = 0` lowering realizes it, so there are three
 # buffers: `buf0 = t` (reads `x`, `y`), `buf1 = t + x` (reads `buf0`, `x`) and
@@ -354,5 +350,5 @@ test_vertical_fusion_counts_handed_over_buffers_once()
 # 2. A kernel's arguments grow with the distinct buffers it reads. Add a limit on
 #    those alone (reads that are not also written inside the kernel), and find a graph
 #    where it and the buffer limit above disagree.
-# 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 14
+# 3. A rule that *prefers* some fusions over others is not a veto. Where in chapter 15
 #    would it go instead, and what would it return?

@@ -50,7 +50,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import minductor  # noqa: F401  (before Triton is imported)
 from minductor.lowering import GraphLowering
 from minductor.ops import set_handler
-from minductor.scheduler import SchedulerNode
+from minductor.dependencies import SchedulerNode
 
 # transcendental functions run on the GPU's special-function units, at a fraction of
 # the rate of a multiply-add: we count each as this many arithmetic operations
@@ -90,7 +90,7 @@ print(buf.data.inner_fn_str())
 # the output it adds up:
 #
 # * `bytes_read`: the bytes of each `load`, but each (buffer, index) pair once: a
-#   kernel that reads `x` twice at the same position loads it once (chapter 16's CSE);
+#   kernel that reads `x` twice at the same position loads it once (chapter 17's CSE);
 # * `bytes_written`: the bytes of each `store`;
 # * `flops`: one for each arithmetic op (`add`, `mul`, `maximum`, ...),
 #   `SPECIAL_COST` for each op in `SPECIAL`, and nothing for the ops in `FREE`.
@@ -263,5 +263,5 @@ test_a_long_chain_of_sines_is_compute_bound()
 #    one handler, and stop counting a store whose buffer only the fused kernel reads
 #    (the scheduler's `removed_buffers`). How many bytes does fusing softmax save?
 # 3. Print, for each kernel of a compiled model, its estimate next to its measured time
-#    from `torch.profiler` (chapter 20's benchmark shows how to time one), and sort
+#    from `torch.profiler` (chapter 21's benchmark shows how to time one), and sort
 #    by the ratio: the top of that list is where a compiler engineer looks first.

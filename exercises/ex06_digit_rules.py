@@ -278,4 +278,4 @@ test_the_kernels_index()
 # 2. Teach the rule `((x + c) % m1) % m2` with `m2` dividing `m1`: the offset `c` can
 #    be reduced modulo `m2` first. Which view produces such indices?
 # 3. Count the `%` and `//` in every kernel of a small model before and after your
-#    rule (chapter 16 prints the kernels). Is a remainder of a remainder common?
+#    rule (chapter 17 prints the kernels). Is a remainder of a remainder common?

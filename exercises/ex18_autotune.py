@@ -21,18 +21,18 @@
 # **You will:** write a drop-in replacement for the runtime's `launch` that, the
 # first time it sees a kernel at some size, runs it with each of a few `XBLOCK`
 # values, times them, remembers the fastest and launches with it from then on. The
-# catch is in chapter 20's last challenge: a kernel that writes its own inputs must
+# catch is in chapter 21's last challenge: a kernel that writes its own inputs must
 # find them unchanged after every trial, or tuning computes the wrong answer.
 #
-# **It builds on** chapter 20 (*Runtime*): `load_module` (one module per source,
+# **It builds on** chapter 21 (*Runtime*): `load_module` (one module per source,
 # cached), `launch(kernel, numel, *args, XBLOCK=..., num_warps=..., rnumel=...,
 # RBLOCK=...)`, the general launch, the `CallSite` each launch line of a generated
 # `call` goes through (its `through(f)` makes the site's launches with `f`, a
-# function like `launch`), and `benchmark`; chapter 18 (*Wrapper*) for the `call`
+# function like `launch`), and `benchmark`; chapter 19 (*Wrapper*) for the `call`
 # that makes those launches; and chapter 11 for the in-place update of an input
 # (`copy_`), the kernel that must not run twice.
 #
-# **Why it matters.** minductor picks block sizes by rule (chapters 16 and 17). A rule is
+# **Why it matters.** minductor picks block sizes by rule (chapters 17 and 18). A rule is
 # right for the shapes it was measured on: the performance page records, on an H200,
 # `x.sum(0)` going from 0.56x to 1.01x of eager once a sweep of `XBLOCK` × `RBLOCK` ×
 # warps found a better tile for it (45.5 µs over 4096×8192). Inductor makes that sweep
@@ -248,7 +248,7 @@ test_atomic_add_survives_tuning()
 #
 # 1. Saving and restoring every tensor argument costs a copy of each. Only the
 #    buffers a kernel writes need it, and of those only the ones it also reads (or
-#    adds into). The wrapper knows which they are (chapter 18): how would it tell
+#    adds into). The wrapper knows which they are (chapter 19): how would it tell
 #    the tuner, as Inductor's `mutated_arg_names` does?
 # 2. Tune `num_warps` too, and for looped reductions `RBLOCK`. The space grows as a
 #    product: how does Inductor's coordinate descent (`coordinate_descent_tuner.py`)

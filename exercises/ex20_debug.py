@@ -18,18 +18,18 @@
 #
 # **Difficulty:** easy.
 #
-# **You will:** write a query over chapter 23's `explain` report that answers the
+# **You will:** write a query over chapter 24's `explain` report that answers the
 # question users ask about fusion in their own terms. They do not know buffer names;
 # they know the ops they wrote. Given two ATen ops of a graph, say whether they share
 # a kernel, and if not, why not: the reason the scheduler gave when it refused to fuse
 # their kernels, or that it never tried.
 #
-# **It builds on** chapter 23 (*Debugging*): `explain` returns an `Explanation` whose
+# **It builds on** chapter 24 (*Debugging*): `explain` returns an `Explanation` whose
 # `graphs` are `GraphReport`s; each has `kernels` (a `KernelReport` per kernel, with
 # the `buffers` it computes and the `origins`, the ATen ops they came from) and
 # `refusals`, the fusion log's lines `cannot fuse <a> with <b>: <reason>`. A node name
 # in such a line is a buffer (`buf3`) or, for a node fused earlier, its members' names
-# joined by underscores (`buf3_buf4`). And on chapter 14: the scheduler only considers
+# joined by underscores (`buf3_buf4`). And on chapter 15: the scheduler only considers
 # a pair of nodes that share a buffer (one writes what the other reads, or both read
 # it); two kernels with nothing in common are never compared, so there is no refusal
 # to find.

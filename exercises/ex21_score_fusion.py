@@ -18,14 +18,14 @@
 #
 # **Difficulty:** medium.
 #
-# **You will:** write the profitability half of chapter 14's fusion loop: the score
+# **You will:** write the profitability half of chapter 15's fusion loop: the score
 # of a pair of nodes (`FusionScore`: bytes saved, then proximity), the candidate
 # pairs of a round sorted best first, and the greedy walk that fuses each pair whose
 # two nodes are still free, asking a veto before each. Checks replay every round of
 # the real `Scheduler` on small graphs (layer norm, softmax, a chain, siblings) and
 # compare your log with its `fusion_log`, line for line, then try hand-made ties.
 #
-# **It builds on** chapter 14 (*The scheduler: dependencies and fusion*):
+# **It builds on** chapter 15 (*The scheduler: fusion*):
 # `SchedulerNode`, `FusedSchedulerNode`, `names` and `read_names`, `score_fusion`
 # and `FusionScore`, `_fuse_once` and the fusion log; chapter 2 (*Decompositions*)
 # and chapter 6 (*Lowering*) for the graphs it schedules.
@@ -102,7 +102,7 @@ class Recorder(Scheduler):
 
 
 def schedule(fn, *args, realize_opcount_threshold=None):
-    """Chapter 14's `schedule`, with the recording scheduler."""
+    """Chapter 15's `schedule`, with the recording scheduler."""
     gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
     for rewrite in aten_passes:
         rewrite(gm)
@@ -200,7 +200,7 @@ def ranked_pairs(nodes, nbytes):
 # Write `fusion_round(nodes, nbytes, veto)`: walk the ranked pairs, best first.
 # Skip a pair if either node was already fused in this round. Otherwise ask
 # `veto(a, b)`, which returns `None` (the pair may fuse) or the reason it may not
-# (chapter 14's `can_fuse`, and its check on memory held longer). Return the lines
+# (chapter 15's `can_fuse`, and its check on memory held longer). Return the lines
 # the round logs, exactly as the scheduler writes them:
 #
 # ```

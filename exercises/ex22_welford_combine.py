@@ -26,7 +26,7 @@
 #
 # **It builds on** chapter 10 (*Reductions*): the variance as one `welford_reduce`
 # with two results, the mean and `m2`, and `_split_welford`, which cuts long rows into
-# equal pieces and combines them; and chapter 17 (*Reduction and scan kernels*):
+# equal pieces and combines them; and chapter 18 (*Reduction and scan kernels*):
 # `welford_reduction`, whose looped kernel runs the one-element step in each lane and
 # merges the lanes after the loop.
 #
@@ -46,7 +46,7 @@
 #
 # A statistic is a `Stats` record of three tensors of one shape: one entry per row, so
 # every function below works on many rows at once. Counts are floating-point, as in
-# the kernels (chapter 17 keeps the count in the accumulator's dtype).
+# the kernels (chapter 18 keeps the count in the accumulator's dtype).
 
 # %%
 from typing import NamedTuple
@@ -87,7 +87,7 @@ def naive_variance(x):
 # %% [markdown]
 # ## Part 1: one element at a time
 #
-# Write `welford_update(stats, v)`, the step of chapter 17's loop: `v` holds one new
+# Write `welford_update(stats, v)`, the step of chapter 18's loop: `v` holds one new
 # value per row. The count grows by one, the mean moves by `(v - mean) / count`, and
 # `m2` grows by `(v - old mean) * (v - new mean)`. Return a new `Stats`.
 
@@ -383,7 +383,7 @@ test_order_does_not_matter()
 # %% [markdown]
 # ## Going further
 #
-# 1. Chapter 17's persistent kernel takes the mean first, then the squared
+# 1. Chapter 18's persistent kernel takes the mean first, then the squared
 #    deviations: two passes over registers. Its lanes hold at most `RBLOCK` values.
 #    How large must the offset be, for rows of 1024 `float16` values accumulated in
 #    `float32`, before that two-pass form and the looped Welford form disagree in the

@@ -34,7 +34,7 @@
 # through divisions and remainders: a `(4, 32)` view of 128 elements, read back flat,
 # is `x % 32 + 32*((x // 32) % 4)`. Left in the kernel, each is an integer division
 # on every element, and worse, an index the scheduler cannot compare with another
-# (chapter 14 fuses only nodes that read a buffer at the same index). Most of them
+# (chapter 15 fuses only nodes that read a buffer at the same index). Most of them
 # vanish once the ranges are known: `x // 32` is 0 when `x < 32`. Inductor's
 # `SizeVarAllocator._simplify_with_ranges` in `torch/_inductor/sizevars.py` does the
 # same, with `visit_indexing_div` and `visit_modular_indexing`, proving each side

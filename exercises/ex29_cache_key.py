@@ -18,14 +18,14 @@
 #
 # **Difficulty:** medium. Short code; deciding what goes in is the exercise.
 #
-# **You will:** write the part of chapter 26's graph key that describes a tensor: the
+# **You will:** write the part of chapter 27's graph key that describes a tensor: the
 # facts of a graph's input, and of a tensor the graph holds, that decide the code we
 # generate for it. Then swap your function into the cache and watch compiles hit and
 # miss through `torch.compile`.
 #
-# **It builds on** chapter 26 (*Compile once*): `graph_key`, its helper `_tensor`, the
+# **It builds on** chapter 27 (*Compile once*): `graph_key`, its helper `_tensor`, the
 # counters of hits and misses; chapter 6's constants (a one-element tensor the graph
-# holds is written into the code as a number); chapter 18's wrapper, which writes
+# holds is written into the code as a number); chapter 19's wrapper, which writes
 # sizes and strides into the code.
 #
 # ## Two ways to be wrong

@@ -28,9 +28,9 @@
 # weight gradients whose split uses your two functions, in Triton (its interpreter on
 # a CPU), against eager PyTorch.
 #
-# **It builds on** chapter 25 (*Choosing by measuring*): `k_splits`, `SplitK`,
+# **It builds on** chapter 26 (*Choosing by measuring*): `k_splits`, `SplitK`,
 # `split_layouts` and `split_k_product`, and the knobs `decompose_k_threshold` and
-# `num_decompose_k_splits`; chapter 24 for the template and `matmul_choices`; chapter 1
+# `num_decompose_k_splits`; chapter 25 for the template and `matmul_choices`; chapter 1
 # for `record_compiled`.
 #
 # **Why it matters.** A weight gradient, `Xᵀ · dY`, has `K` = the batch's tokens:

@@ -27,7 +27,7 @@
 # conversions with your decision in place of the chapter's, in Triton (its interpreter
 # on a CPU), and compare them with eager PyTorch and with the kernel's text.
 #
-# **It builds on** chapter 16 (*Generating Triton kernels*): "Tiles in two dimensions",
+# **It builds on** chapter 17 (*Generating Triton kernels*): "Tiles in two dimensions",
 # `plan_tile` and the `Tile` kind; chapter 14 for `MemoryDep` and the nodes' `reads`
 # and `writes`; chapter 4 for `affine_coefficients`; chapter 1 for `record_compiled`.
 #
@@ -58,7 +58,7 @@ import torch
 import minductor  # noqa: F401  (before Triton is imported; the interpreter on a CPU)
 from minductor import codegen_triton
 from minductor.capture import record_compiled
-from minductor.scheduler import MemoryDep, is_indirect
+from minductor.dependencies import MemoryDep, is_indirect
 from minductor.sizevars import FloorDiv, affine_coefficients
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -22,15 +22,15 @@ from minductor import (  # noqa: E402, F401
     indexing,  # ch. 11: gather, index, embedding, scatter, index_put, copy_
     extern,  # ch. 12: mm/bmm/addmm/baddbmm, convolution, attention
     convnets,  # ch. 13: batch norm in training, its backward, pooling
-    codegen_reductions,  # ch. 17: not a lowering; joins codegen_triton's kernel kinds
-    memory,  # ch. 19: not a lowering; joins the wrapper's memory hooks
-    cudagraphs,  # ch. 21: not a lowering; joins capture's graph_wrappers
-    partition,  # ch. 22: not a lowering; joins capture's graph_splitters
-    debug,  # ch. 23: debug folders, torch's logs and traces, explain
-    templates,  # ch. 24: matmul templates; takes mm, bmm and addmm over from ch. 12
-    select_algorithm,  # ch. 25: the template's tiles, or cuBLAS, chosen by timing
-    cache,  # ch. 26: compiled graphs kept on disk; joins capture's graph_caches
-    distributed,  # ch. 27: collectives and their waits; joins the schedule_passes
+    codegen_reductions,  # ch. 18: not a lowering; joins codegen_triton's kernel kinds
+    memory,  # ch. 20: not a lowering; joins the wrapper's memory hooks
+    cudagraphs,  # ch. 22: not a lowering; joins capture's graph_wrappers
+    partition,  # ch. 23: not a lowering; joins capture's graph_splitters
+    debug,  # ch. 24: debug folders, torch's logs and traces, explain
+    templates,  # ch. 25: matmul templates; takes mm, bmm and addmm over from ch. 12
+    select_algorithm,  # ch. 26: the template's tiles, or cuBLAS, chosen by timing
+    cache,  # ch. 27: compiled graphs kept on disk; joins capture's graph_caches
+    distributed,  # ch. 28: collectives and their waits; joins the schedule_passes
 )
 
 
@@ -43,7 +43,7 @@ def _register() -> None:
     registry.register_backend(minductor_backend, name="minductor")
 
 
-from minductor.debug import explain  # noqa: E402  (ch. 23)
+from minductor.debug import explain  # noqa: E402  (ch. 24)
 from minductor.cache import load_cache_artifacts, save_cache_artifacts  # noqa: E402
 
 _register()

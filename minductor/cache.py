@@ -1,4 +1,4 @@
-# generated from chapters/26_cache.md — edit there
+# generated from chapters/27_cache.md — edit there
 
 """Compiled graphs kept on disk, named by everything that decides their code."""
 
@@ -192,7 +192,7 @@ class GraphCache:
         module = load_module(entry["source"])
         warm_ups = [_from_json(w) for w in entry["warm_ups"]]
         precompile(module, warm_ups, torch.device(entry["device"]))
-        call = debug._in_profiler_range(  # as chapter 23 labels a fresh compile's
+        call = debug._in_profiler_range(  # as chapter 24 labels a fresh compile's
             module.call, f"## Call CompiledFxGraph {Path(module.__file__).stem} ##"
         )
         return CompiledGraph(
@@ -241,7 +241,7 @@ def keep(path: Path, entry: dict, which: str) -> bool:
 
 
 GRAPHS = GraphCache()
-graph_caches.register(GRAPHS, chapter=26, name="graph_cache")
+graph_caches.register(GRAPHS, chapter=27, name="graph_cache")
 
 
 def why_not_wired(gm, example_inputs) -> str | None:
@@ -445,7 +445,7 @@ class AotCache:
             used["aot"].add(key)
 
 
-aot_caches.register(AotCache(), chapter=26, name="aot_cache")
+aot_caches.register(AotCache(), chapter=27, name="aot_cache")
 
 
 used: dict[str, set[str]] = {"graphs": set(), "aot": set()}  # keys read or written

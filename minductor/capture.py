@@ -39,7 +39,7 @@ class CompiledGraph:
     fusion_log: list[str]
     call: Callable[[list[Any]], Any] = field(repr=False)
     constants: list[torch.Tensor] = field(default_factory=list, repr=False)
-    cache_key: str | None = None  # its name in the graph cache (chapter 26)
+    cache_key: str | None = None  # its name in the graph cache (chapter 27)
     _boxed_call: bool = True
 
     def __call__(self, args: list[Any]) -> Any:
@@ -50,11 +50,11 @@ class CompiledGraph:
 
 _observers: list[list[CompiledGraph]] = []
 # called as hook(gm, graph, scheduler, wrapper, compiled) for every compiled graph:
-# chapter 23 writes debug folders and logs from here
+# chapter 24 writes debug folders and logs from here
 compile_hooks = PIPELINE["compile_hooks"]
 # each cache.key(gm, example_inputs, shape_env, user_visible) names a graph (None: this
 # one is not kept), cache.load(key, gm) reads it back, cache.save(key, gm, compiled,
-# warm_ups) keeps it: chapter 26 keeps compiled graphs on disk
+# warm_ups) keeps it: chapter 27 keeps compiled graphs on disk
 graph_caches = PIPELINE["graph_caches"]
 
 
@@ -182,13 +182,13 @@ class GraphInfo:
 # each rewrites Dynamo's graph in place before AOTAutograd traces it: pass(gm,
 # example_inputs, needs_backward) (ch. 12 adds one)
 graph_passes = PIPELINE["graph_passes"]
-# each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 21)
+# each takes a compiled callable and its GraphInfo, returns the callable to run (ch. 22)
 graph_wrappers = PIPELINE["graph_wrappers"]
 # each aot_cache.key(gm, example_inputs, needs_grad) names a Dynamo graph (None: not
 # kept), .load(key, gm) gives back what AOTAutograd returned for it, and
-# .compiled(key, info, compiled) hears of each graph compiled for it: chapter 26
+# .compiled(key, info, compiled) hears of each graph compiled for it: chapter 27
 aot_caches = PIPELINE["aot_caches"]
-# each may compile a graph in pieces instead; None leaves it whole (ch. 22)
+# each may compile a graph in pieces instead; None leaves it whole (ch. 23)
 graph_splitters = PIPELINE["graph_splitters"]
 # each rewrites an ATen graph in place right before it is lowered (ch. 8, 10, 11)
 aten_passes = PIPELINE["aten_passes"]

@@ -1,4 +1,4 @@
-# generated from chapters/17_reductions.md — edit there
+# generated from chapters/18_reductions.md — edit there
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from minductor.codegen_triton import (
     next_power_of_2,
     xoffset_line,
 )
-from minductor.scheduler import has_scan, is_inner_reduction
+from minductor.dependencies import has_scan, is_inner_reduction
 
 # reduction type -> (combine two tiles, collapse a tile's columns into [XBLOCK, 1])
 REDUCTIONS = {
@@ -194,7 +194,7 @@ SCANS = {
 @kernel_op
 def scan(self, src_dtype, scan_type, value):
     k = self.kernel
-    assert k.kind is KernelKind.PERSISTENT, "a scan's kernel holds whole rows (ch. 14)"
+    assert k.kind is KernelKind.PERSISTENT, "a scan's kernel holds whole rows (ch. 15)"
     identity, template = SCANS[scan_type]
     spread = k.newvar(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
     masked = k.newvar(f"tl.where(xmask & rmask, {spread}, {identity})")
@@ -284,5 +284,5 @@ def reduction_lines(
 
 
 reduction_kind = KindCodegen(reduction_blocks, reduction_lines)
-KERNEL_KINDS.register(reduction_kind, chapter=17, name=KernelKind.PERSISTENT)
-KERNEL_KINDS.register(reduction_kind, chapter=17, name=KernelKind.LOOPED)
+KERNEL_KINDS.register(reduction_kind, chapter=18, name=KernelKind.PERSISTENT)
+KERNEL_KINDS.register(reduction_kind, chapter=18, name=KernelKind.LOOPED)

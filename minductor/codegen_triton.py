@@ -1,4 +1,4 @@
-# generated from chapters/16_triton.md — edit there
+# generated from chapters/17_triton.md — edit there
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from minductor.config import config
 from minductor.ir import FixedLayout, MutationBuffer
 from minductor.ops import set_handler
 from minductor.pipeline import PIPELINE
-from minductor.scheduler import (
+from minductor.dependencies import (
     BaseSchedulerNode,
     MemoryDep,
-    Scheduler,
     SchedulerNode,
     is_indirect,
     is_persistent,
 )
+from minductor.scheduler import Scheduler
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -30,7 +30,7 @@ from minductor.sizevars import (
     product,
     texpr,
 )
-from minductor.triton_ops import (  # chapter 15
+from minductor.triton_ops import (  # chapter 16
     TRITON_DTYPES,
     InterpreterOverrides,
     TritonOverrides,
@@ -72,7 +72,7 @@ class KernelKind(str, Enum):
     POINTWISE = "poi"
     PERSISTENT = "per"  # a reduction holding whole rows in registers
     LOOPED = "red"  # a reduction looping over each row
-    TEMPLATE = "tem"  # a matmul template and what it absorbed (chapter 24)
+    TEMPLATE = "tem"  # a matmul template and what it absorbed (chapter 25)
 
     def __str__(self) -> str:  # in an f-string too: the prefix
         return self.value
@@ -125,7 +125,7 @@ class TritonKernel:
         self.indirect_sizes: dict[sympy.Symbol, sympy.Expr] = {}
         # the shape of one program's lanes, where an index is the same for all of them:
         # None for the kind's own ([XBLOCK], or a reduction's [XBLOCK, 1]); a matmul
-        # template sets its tile's (chapter 24)
+        # template sets its tile's (chapter 25)
         self.lane_shape: str | None = None
 
 
@@ -316,7 +316,7 @@ class KernelOpsHandler:
 
 
 def kernel_op(method):
-    """Add method to KernelOpsHandler: chapter 17 adds its reductions and scans so."""
+    """Add method to KernelOpsHandler: chapter 18 adds its reductions and scans so."""
     setattr(KernelOpsHandler, method.__name__, method)
     return method
 
@@ -326,7 +326,7 @@ class PerCallBlocks(str, Enum):
 
     POINTWISE = "pointwise"  # a pointwise kernel over a symbolic number of elements
     INNER = "inner"  # a persistent kernel over rows of symbolic length: an inner
-    OUTER = "outer"  # or an outer reduction (chapter 17)
+    OUTER = "outer"  # or an outer reduction (chapter 18)
 
     __repr__ = str.__repr__  # 'inner', as the wrapper writes it into its source
 
@@ -358,7 +358,7 @@ class KindCodegen:
 
 
 # the pipeline's hook of kernel kinds, a KindCodegen by KernelKind: POINTWISE below;
-# chapter 17 adds PERSISTENT and LOOPED, chapter 24 TEMPLATE
+# chapter 18 adds PERSISTENT and LOOPED, chapter 25 TEMPLATE
 KERNEL_KINDS = PIPELINE["kernel_kinds"]
 
 
@@ -385,7 +385,7 @@ def generate_kernel(
         node.rloop.sizes,
         is_persistent(node, sizevars),
     )
-    for member in node.snodes:  # a node with a kernel of its own (chapter 24)
+    for member in node.snodes:  # a node with a kernel of its own (chapter 25)
         kernel.kind = KernelKind(getattr(member.node, "kernel_kind", kernel.kind))
     outputs = {m.get_name() for m in node.snodes}
     kernel.args.over = {a: b for a, b in (over or {}).items() if b in outputs}
@@ -407,7 +407,7 @@ def generate_kernel(
     sizes = ["xnumel"] if pointwise else ["xnumel", "rnumel"]
     blocks = [f"{b}: tl.constexpr" for b in ("XBLOCK", "RBLOCK") if b in meta]
     params = ", ".join(kernel.args.signature() + symbols + sizes + blocks)
-    # device asserts are compiled in only in Triton's debug mode (chapter 20)
+    # device asserts are compiled in only in Triton's debug mode (chapter 21)
     decorator = "@triton.jit(debug=True)" if kernel.asserts else "@triton.jit"
     source = "\n".join(
         [decorator, f"def KERNEL_NAME({params}):"]
@@ -467,7 +467,7 @@ def pointwise_lines(
 
 
 pointwise_kind = KindCodegen(pointwise_blocks, pointwise_lines)
-KERNEL_KINDS.register(pointwise_kind, chapter=16, name=KernelKind.POINTWISE)
+KERNEL_KINDS.register(pointwise_kind, chapter=17, name=KernelKind.POINTWISE)
 
 
 def inplace_candidates(scheduler: Scheduler) -> dict[str, str]:

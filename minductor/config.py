@@ -1,4 +1,4 @@
-# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_scheduler.md, chapters/16_triton.md, chapters/19_memory.md, chapters/20_runtime.md, chapters/21_cudagraphs.md, chapters/22_partition.md, chapters/23_debugging.md, chapters/24_templates.md, chapters/25_choosing.md, chapters/26_cache.md, chapters/27_many_gpus.md — edit there
+# generated from chapters/01_capture.md, chapters/06_lowering.md, chapters/10_reductions.md, chapters/11_indexing.md, chapters/13_convnets.md, chapters/14_dependencies.md, chapters/15_scheduler.md, chapters/17_triton.md, chapters/20_memory.md, chapters/21_runtime.md, chapters/22_cudagraphs.md, chapters/23_partition.md, chapters/24_debugging.md, chapters/25_templates.md, chapters/26_choosing.md, chapters/27_cache.md, chapters/28_many_gpus.md — edit there
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _default_cache_dir() -> str:
 class Config:
     # 1: log fallbacks and fusion decisions; 2: also print IR and generated modules
     debug: int = int(os.environ.get("MINDUCTOR_DEBUG", "0"))
-    # where generated modules are written (chapter 20 loads them from there)
+    # where generated modules are written (chapter 21 loads them from there)
     cache_dir: str = field(default_factory=_default_cache_dir)
     # realize a value read by several consumers if its body is bigger than this
     realize_reads_threshold: int = 4
@@ -79,12 +79,12 @@ class Config:
     decompose_k_threshold: int = 32
     # the most ways of splitting K that are timed (0: never split)
     num_decompose_k_splits: int = 5
-    # keep compiled graphs on disk, under cache_dir, and read them back (chapter 26)
+    # keep compiled graphs on disk, under cache_dir, and read them back (chapter 27)
     graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
-    # move independent work between a collective and its wait (chapter 27)
+    # move independent work between a collective and its wait (chapter 28)
     reorder_for_overlap: bool = True
     # on a graph's first call, check that every rank of its groups runs the same
-    # collectives on the same shapes, and say where they differ (chapter 27)
+    # collectives on the same shapes, and say where they differ (chapter 28)
     check_collectives: bool = True
 
 

@@ -1,4 +1,4 @@
-# generated from chapters/21_cudagraphs.md — edit there
+# generated from chapters/22_cudagraphs.md — edit there
 
 from __future__ import annotations
 
@@ -596,4 +596,4 @@ def cudagraphify(compiled: Callable, info: GraphInfo) -> Callable:
     return CUDAGraphed(compiled, info, pool, static, mutates, if_stable)
 
 
-graph_wrappers.register(cudagraphify, chapter=21)
+graph_wrappers.register(cudagraphify, chapter=22)

@@ -1,4 +1,4 @@
-# generated from chapters/23_debugging.md — edit there
+# generated from chapters/24_debugging.md — edit there
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from torch._logging import _internal as torch_logging
 from minductor.capture import CompiledGraph, compile_hooks
 from minductor.config import config
 from minductor.ir import MutationBuffer
-from minductor.scheduler import (
+from minductor.dependencies import (
     BaseSchedulerNode,
     ExternKernelSchedulerNode,
     FusedSchedulerNode,
-    Scheduler,
 )
+from minductor.scheduler import Scheduler
 from minductor.wrapper import KernelCallLine
 
 log = logging.getLogger("minductor")
@@ -203,7 +203,7 @@ def on_compiled(gm, graph, scheduler, wrapper, compiled: CompiledGraph) -> None:
             found.append(report)
 
 
-compile_hooks.register(on_compiled, chapter=23)
+compile_hooks.register(on_compiled, chapter=24)
 
 
 @dataclass
@@ -246,7 +246,7 @@ def kernel_report(name, node: BaseSchedulerNode, kernel, scheduler) -> KernelRep
         written.add(member.node.target.name if is_mutation else member.get_name())
     read = set(node.read_names)
     # what the kernel reads or writes in memory; an output written over an input
-    # (chapter 16) is passed once, but both are moved
+    # (chapter 17) is passed once, but both are moved
     args = kernel.call_args + tuple(old for old, _ in kernel.inplace)
     return KernelReport(
         name,

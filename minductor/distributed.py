@@ -1,4 +1,4 @@
-# generated from chapters/27_many_gpus.md — edit there
+# generated from chapters/28_many_gpus.md — edit there
 
 """Functional collectives as IR nodes: a collective starts, the graph's other work runs,
 and its wait makes the result readable."""
@@ -20,7 +20,8 @@ from minductor.lowering import (
     register_lowering,
 )
 from minductor.pipeline import PIPELINE
-from minductor.scheduler import BaseSchedulerNode, Scheduler
+from minductor.dependencies import BaseSchedulerNode
+from minductor.scheduler import Scheduler
 from minductor.sizevars import contiguous_strides
 from minductor.wrapper import ExternCallLine, codegen_call_args, codegen_op, memory_plan
 
@@ -193,7 +194,7 @@ def reorder_for_overlap(scheduler: Scheduler) -> list[BaseSchedulerNode]:
     return sink_waits(raise_collectives(scheduler.nodes))
 
 
-PIPELINE["schedule_passes"].register(reorder_for_overlap, chapter=27)
+PIPELINE["schedule_passes"].register(reorder_for_overlap, chapter=28)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def collective_lines(wrapper) -> None:
     ]
 
 
-memory_plan.register(collective_lines, chapter=27)
+memory_plan.register(collective_lines, chapter=28)
 
 
 def collective_signature(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
@@ -279,4 +280,4 @@ def check_ranks_agree(run: Any, info: Any) -> Any:
     return first_call_checks
 
 
-PIPELINE["graph_wrappers"].register(check_ranks_agree, chapter=27)
+PIPELINE["graph_wrappers"].register(check_ranks_agree, chapter=28)

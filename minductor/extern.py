@@ -242,7 +242,7 @@ def baddbmm(graph, bias, a, b, *, beta=1, alpha=1):
 
 def read_by_pointwise_ops(node: torch.fx.Node) -> bool:
     """Whether node has readers, through views (a Linear on 3-d), and every one is a
-    pointwise op we lower (chapter 24 asks too, for a template's epilogue)."""
+    pointwise op we lower (chapter 25 asks too, for a template's epilogue)."""
     found = list(readers(node))
     return bool(found) and all(is_pointwise_use(r) and r.target in lowerings for r in found)
 

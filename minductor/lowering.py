@@ -261,7 +261,7 @@ class GraphLowering(torch.fx.Interpreter):
         # a buffer, None, or (dynamic shapes) a size expression such as s0*s1
         self.graph_outputs: list[Buffer | sympy.Expr | None] = []
         self.fallbacks: list[str] = []
-        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 23
+        self.fallback_reasons: list[tuple[str, str]] = []  # (op, why): ch. 24
         self.extern_kernels: list[str] = []  # planned vendor calls: mm, attention
         self.constants: dict[str, torch.Tensor] = {}  # tensors the graph holds
         self.copies: dict[tuple, Buffer] = {}  # a buffer laid out anew, by what it holds
@@ -269,7 +269,7 @@ class GraphLowering(torch.fx.Interpreter):
         # (chapter 12's matmul operands)
         self.zero_padded: dict[str, tuple] = {}
         self.current_node: torch.fx.Node | None = None
-        # each buffer's origin nodes, by name: what chapter 18 writes above its launch
+        # each buffer's origin nodes, by name: what chapter 19 writes above its launch
         self.origin_nodes: dict[str, frozenset[torch.fx.Node]] = {}
         self._names = 0  # how many buffer names were handed out
         self.user_visible = user_visible

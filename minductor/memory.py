@@ -1,4 +1,4 @@
-# generated from chapters/19_memory.md — edit there
+# generated from chapters/20_memory.md — edit there
 
 from __future__ import annotations
 
@@ -228,7 +228,7 @@ def plan_reuse(lines: list[Line], graph) -> list[Line]:
 
 
 def written_over(wrapper) -> dict[str, str]:
-    """Chapter 16's candidates whose memory is ours to give: input -> output."""
+    """Chapter 17's candidates whose memory is ours to give: input -> output."""
     if not config.inplace_buffers:
         return {}
     found = {}
@@ -251,5 +251,5 @@ def plan_memory(wrapper) -> None:
     wrapper.lines = plan_reuse(plan_frees(wrapper.lines, wrapper.graph), wrapper.graph)
 
 
-handovers.register(written_over, chapter=19)
-memory_plan.register(plan_memory, chapter=19)
+handovers.register(written_over, chapter=20)
+memory_plan.register(plan_memory, chapter=20)

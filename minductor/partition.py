@@ -1,4 +1,4 @@
-# generated from chapters/22_partition.md — edit there
+# generated from chapters/23_partition.md — edit there
 
 from __future__ import annotations
 
@@ -227,4 +227,4 @@ def split_for_cudagraphs(info: GraphInfo) -> Callable | None:
     return SplitGraph(runs, inputs, constants, outputs, pool, info.kind)
 
 
-graph_splitters.register(split_for_cudagraphs, chapter=22)
+graph_splitters.register(split_for_cudagraphs, chapter=23)

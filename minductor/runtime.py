@@ -1,4 +1,4 @@
-# generated from chapters/20_runtime.md — edit there
+# generated from chapters/21_runtime.md — edit there
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def pointwise_blocks(numel: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=None)
 def persistent_blocks(numel: int, rnumel: int, inner: bool) -> dict[str, int]:
-    """Blocks for a persistent kernel whose row length is known only now (chapter 17's
+    """Blocks for a persistent kernel whose row length is known only now (chapter 18's
     rule, applied to this call's sizes): RBLOCK holds the whole row."""
     from minductor.codegen_reductions import reduction_config
 
@@ -474,7 +474,7 @@ def restride(
         return t  # the usual answer, first: one comparison per convolution of a step
     if t is None:
         raise AssertionError(f"fallback returned no tensor where {size} is read")
-    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 18)
+    if aten_only and t.numel() == 0:  # a result the kernel skipped (chapter 19)
         return t
     if tuple(t.size()) != size:
         raise AssertionError(

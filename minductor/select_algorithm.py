@@ -1,4 +1,4 @@
-# generated from chapters/25_choosing.md — edit there
+# generated from chapters/26_choosing.md — edit there
 
 from __future__ import annotations
 
@@ -54,14 +54,14 @@ def candidate_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> list[TileConf
     return found
 
 
-# the template alone, storing its tile: chapter 20's header, then this signature
+# the template alone, storing its tile: chapter 21's header, then this signature
 _PLAIN = """
 @triton.jit
 def kernel(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 """
 
 
-@matmul_choices.register(chapter=25)
+@matmul_choices.register(chapter=26)
 def choose_tiles(
     a: Buffer, b: Buffer, allow_cublas: bool, epilogue=False, computed=(False, False)
 ) -> TileConfig | SplitK | None:
@@ -76,7 +76,7 @@ def choose_tiles(
     if device.type != "cuda" or interpret_mode():  # nothing to time: the rules
         if splits and not allow_cublas:
             return split_k(m, n, k, dtype, splits[0])
-        return NotImplemented  # chapter 24's rule
+        return NotImplemented  # chapter 25's rule
     from minductor.runtime import AutotuneFailed, autotune
 
     # the examples are made with the operands' strides, from offset 0

@@ -1,4 +1,4 @@
-# generated from chapters/24_templates.md — edit there
+# generated from chapters/25_templates.md — edit there
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ from minductor.pipeline import PIPELINE
 from minductor.sizevars import index_vars, texpr
 from minductor.pointwise import add
 from minductor.runtime import interpret_mode
-from minductor.scheduler import BaseSchedulerNode, register_fusion_rule
+from minductor.dependencies import BaseSchedulerNode
+from minductor.scheduler import register_fusion_rule
 
 aten = torch.ops.aten
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -240,7 +241,7 @@ def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
 
 
 KERNEL_KINDS.register(
-    KindCodegen(template_blocks, template_lines), chapter=24, name=KernelKind.TEMPLATE
+    KindCodegen(template_blocks, template_lines), chapter=25, name=KernelKind.TEMPLATE
 )
 
 
@@ -248,7 +249,7 @@ def _has_template(node: BaseSchedulerNode) -> bool:
     return any(isinstance(m.node, MatmulTemplate) for m in node.snodes)
 
 
-@register_fusion_rule(chapter=24)
+@register_fusion_rule(chapter=25)
 def template_epilogues(a: BaseSchedulerNode, b: BaseSchedulerNode) -> str | None:
     """a comes before b. A template starts its kernel; what follows is pointwise."""
     if _has_template(b):
@@ -480,12 +481,12 @@ def template_or_none(graph, a: TensorBox, b: TensorBox) -> TensorBox | None:
     )
     if plan is None:  # cuBLAS: the caller stores any operand computed here
         return None
-    if not isinstance(plan, TileConfig):  # a plan that lowers itself (chapter 25)
+    if not isinstance(plan, TileConfig):  # a plan that lowers itself (chapter 26)
         return plan.lower(graph, a, b)
     return matmul_template(graph, a, b, plan, prologues=prologues)
 
 
-@matmul_choices.register(chapter=24)
+@matmul_choices.register(chapter=25)
 def rule_tiles(a: Buffer, b: Buffer, allow_cublas: bool, epilogue=False, computed=()):
     """cuBLAS where allowed, else the rule's tiles: nothing is measured."""
     if allow_cublas:

@@ -1,4 +1,4 @@
-# generated from chapters/15_triton_ops.md, chapters/17_reductions.md — edit there
+# generated from chapters/16_triton_ops.md, chapters/18_reductions.md — edit there
 
 import triton
 import triton.language as tl
@@ -157,7 +157,7 @@ def first_position(x, position, best):
 
 @triton.jit
 def logaddexp(a, b):
-    # chapter 15's maximum, minimum and log1p, inlined: NaN wins, small x is careful
+    # chapter 16's maximum, minimum and log1p, inlined: NaN wins, small x is careful
     top = tl.where((a > b) | (a != a), a, b)
     bottom = tl.where((a < b) | (a != a), a, b)
     x = tl.exp(bottom - top)

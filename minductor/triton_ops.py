@@ -1,4 +1,4 @@
-# generated from chapters/15_triton_ops.md — edit there
+# generated from chapters/16_triton_ops.md — edit there
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class TritonOverrides:
     signbit = staticmethod(lambda x: f"helpers.signbit({x})")
     rand = staticmethod(lambda seed, offset: f"tl.rand({seed}, {offset})")
     randn = staticmethod(lambda seed, offset: f"tl.randn({seed}, {offset})")
-    logaddexp = "helpers.logaddexp_libdevice"  # logcumsumexp's combine (ch. 17)
+    logaddexp = "helpers.logaddexp_libdevice"  # logcumsumexp's combine (ch. 18)
 
 
     @staticmethod

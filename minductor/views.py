@@ -699,7 +699,7 @@ def cat(graph, tensors, dim=0):
             slot = NonOwningLayout(device, dtype, tuple(part), layout.stride, offset, name)
             load = converting_loader(t, part, dtype)
             origins = origins_of([t]) | {"cat"}
-            nodes = origin_nodes_of(t) | here  # chapter 18's comments
+            nodes = origin_nodes_of(t) | here  # chapter 19's comments
             body = Pointwise(
                 device, dtype, load, tuple(part), origins, origin_nodes=nodes
             )

@@ -1,4 +1,4 @@
-# generated from chapters/18_wrapper.md — edit there
+# generated from chapters/19_wrapper.md — edit there
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from minductor.ir import (
 from minductor.lowering import CannotCompile, GraphLowering
 from minductor.pipeline import PIPELINE
 from minductor.runtime import WarmUp, autotune_kernel
-from minductor.scheduler import ExternKernelSchedulerNode, Scheduler
+from minductor.dependencies import ExternKernelSchedulerNode
+from minductor.scheduler import Scheduler
 from minductor.sizevars import pexpr
 
 
@@ -49,7 +50,7 @@ class AllocateLine:
         lay = self.layout
         sizes = f"{_tuple(lay.size)}, {_tuple(lay.stride)}"
         if self.on_current_device and lay.device.type in ("cpu", "cuda"):
-            # chapter 20: torch's C++ allocator entry, no argument parsing
+            # chapter 21: torch's C++ allocator entry, no argument parsing
             allocate = f"empty_strided_{lay.device.type}"
             return f"{self.name} = {allocate}({sizes}, {lay.dtype})"
         return (
@@ -68,7 +69,7 @@ class AllocateLine:
 class KernelCallLine:
     kernel_name: str
     kernel: GeneratedKernel
-    comment: str = ""  # what autotuning chose (chapter 20)
+    comment: str = ""  # what autotuning chose (chapter 21)
     site: str = ""  # the name of its CallSite, or SizedSite for symbolic sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
     sources: str = ""  # the graph's nodes it computes, as a comment (see below)
@@ -117,7 +118,7 @@ class KernelCallLine:
     def site_definition(self) -> str:
         k = self.kernel
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
-        if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 20)
+        if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 21)
             return (
                 f"{self.site} = SizedSite({self.kernel_name}, {len(k.call_args)}, "
                 f"per_call={k.per_call_blocks!r}, check={self.check}, {meta})"
@@ -318,7 +319,7 @@ Line = (
     | FreeLine
 )
 
-# the hooks chapter 19 fills: offer(wrapper) -> {input: output written over it}, and
+# the hooks chapter 20 fills: offer(wrapper) -> {input: output written over it}, and
 # planner(wrapper), which rewrites wrapper.lines (frees, reuse)
 handovers = PIPELINE["handovers"]
 memory_plan = PIPELINE["memory_plan"]
@@ -339,7 +340,7 @@ class WrapperCodeGen:
     def plan(self) -> None:
         removed = self.scheduler.removed_buffers
         over: dict[str, str] = {}  # input -> the output a kernel writes over it
-        for offer in handovers:  # chapter 19: inputs that die where they are read
+        for offer in handovers:  # chapter 20: inputs that die where they are read
             over |= offer(self)
         for node in self.scheduler.nodes:
             if isinstance(node, ExternKernelSchedulerNode):
@@ -377,11 +378,11 @@ class WrapperCodeGen:
                 elif buf not in removed:
                     self.lines += self.allocate(buf, member.node.layout)
             comment = ""
-            if config.max_autotune:  # chapter 20: measure a few blocks, keep the best
+            if config.max_autotune:  # chapter 21: measure a few blocks, keep the best
                 kernel, comment = self.autotune(kernel)
             sources = self.sources_comment([m.get_name() for m in node.snodes])
             self.lines.append(KernelCallLine(name, kernel, comment, sources=sources))
-        for planner in memory_plan:  # chapter 19: where names die, what is reused
+        for planner in memory_plan:  # chapter 20: where names die, what is reused
             planner(self)
         self.mark_aten_only()
         if self.cuda_device() is None:  # tensors on several GPUs: name each one's
@@ -541,7 +542,7 @@ class WrapperCodeGen:
         device = str(self.graph.device)
         to = f"to({device!r}, memory_format=torch.contiguous_format)"
         for name in sorted(self.graph.moved_inputs):  # CPU inputs eager moves itself
-            if not self.graph.graph_inputs[name].get_size():  # a number (chapter 20)
+            if not self.graph.graph_inputs[name].get_size():  # a number (chapter 21)
                 body += [f"{name} = number_on({name}, {device!r})"]
             else:
                 body += [f"{name} = {name}.{to}"]

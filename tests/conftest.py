@@ -13,7 +13,7 @@ import torch
 
 HAS_CUDA = torch.cuda.is_available()
 
-# Compiled graphs kept on disk (chapter 26) would let one test's compile answer
+# Compiled graphs kept on disk (chapter 27) would let one test's compile answer
 # another's, in a process whose lowerings or passes a test has patched: off, but in
 # the tests of the cache itself, which turn it on.
 os.environ.setdefault("MINDUCTOR_GRAPH_CACHE", "0")

@@ -174,7 +174,7 @@ def compile_and_compare(fn, *args, options=FORCED, tol=1e-4):
     return kernels, [g.source for g in graphs]
 
 
-# --- generated Triton kernels, loaded and launched directly (chapters 15 and 16) ---
+# --- generated Triton kernels, loaded and launched directly (chapters 16 and 17) ---
 
 from minductor.codegen_triton import generate_kernel  # noqa: E402
 from minductor.ops import MATH_OPS, ops  # noqa: E402

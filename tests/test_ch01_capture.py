@@ -320,7 +320,7 @@ def test_every_mode_compiles_and_runs_right(mode, caplog):
         out = torch.compile(_chain, backend="minductor", mode=mode)(x)
     torch.testing.assert_close(out, _chain(x))
     said = [r.getMessage() for r in caplog.records if "does not build" in r.getMessage()]
-    assert said == []  # every mode is built: CUDA graphs (ch. 21), autotuning (ch. 20)
+    assert said == []  # every mode is built: CUDA graphs (ch. 22), autotuning (ch. 21)
 
 
 def test_modes_and_options_set_cudagraphs_and_autotuning():

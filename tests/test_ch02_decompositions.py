@@ -163,7 +163,7 @@ CASES = {
     aten._log_softmax.default: [
         ((rand(7, 5), 1, False), {}),
         ((rand(3, 4, 5), 0, False), {}),
-    ],  # float16 is checked end to end, with float16 tolerances (test_ch17_reductions_values.py)
+    ],  # float16 is checked end to end, with float16 tolerances (test_ch18_reductions_values.py)
     aten._softmax_backward_data.default: [
         ((rand(7, 5), torch.softmax(rand(7, 5, seed=1), 1), 1, torch.float32), {}),
         ((rand(7, 5), torch.softmax(rand(7, 5, seed=1), 0), 0, torch.float32), {}),

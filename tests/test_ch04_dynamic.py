@@ -22,7 +22,7 @@ from minductor.lowering import GraphLowering
 from minductor.scheduler import Scheduler
 from minductor.sizevars import SizeVarAllocator
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ch04, pytest.mark.ch18]
+pytestmark = [pytest.mark.e2e, pytest.mark.ch04, pytest.mark.ch19]
 
 SIZES = (5, 9, 17)  # no two alike, none 0 or 1 (Dynamo specializes those)
 

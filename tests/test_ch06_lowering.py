@@ -471,7 +471,7 @@ def test_a_value_a_matmul_reads_is_stored_and_loaded_by_its_other_readers():
     """p = a * b is read by a matmul (which needs it stored) and by a sum: the sum loads
     the stored p instead of recomputing it from a and b, so a and b can be freed once p
     is written. A value whose readers are all our kernels stays inlined."""
-    from minductor.scheduler import SchedulerNode
+    from minductor.dependencies import SchedulerNode
 
     a, b, w = torch.randn(33, 65), torch.randn(33, 65), torch.randn(65, 7)
 

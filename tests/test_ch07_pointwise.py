@@ -44,13 +44,13 @@ def _pointwise_overloads():
         kinds = [str(a.type) for a in positional]
         allowed = {"Tensor", "number", "Optional[number]", "Optional[Tensor]"}
         not_pointwise = op in REDUCTIONS or op in EXTERN_OUT
-        not_pointwise |= op.namespace == "_c10d_functional"  # a wait (chapter 27)
+        not_pointwise |= op.namespace == "_c10d_functional"  # a wait (chapter 28)
         if "Tensor" in kinds and set(kinds) <= allowed and not not_pointwise:
             found.append(op)
     return found
 
 
-# reductions are lowered too but are not elementwise; tests/test_ch17_reductions_values.py has them
+# reductions are lowered too but are not elementwise; tests/test_ch18_reductions_values.py has them
 REDUCTIONS = {
     aten.sum.default, aten.prod.default, aten.amax.default, aten.amin.default,
     aten.max.default, aten.min.default, aten.any.default, aten.all.default,

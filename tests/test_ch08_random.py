@@ -124,7 +124,7 @@ def test_print_handler_shows_the_random_ops():
     ]
 
 
-@pytest.mark.ch16
+@pytest.mark.ch17
 def test_triton_translation_of_the_random_ops():
     assert TritonOverrides.rand("tmp0", "tmp1") == "tl.rand(tmp0, tmp1)"
     assert TritonOverrides.randn("tmp0", "tmp1") == "tl.randn(tmp0, tmp1)"
@@ -158,7 +158,7 @@ def _launch(kernel, buffers, xblock):
     launch(module.kernel, kernel.numel, *[buffers[n] for n in kernel.call_args], **meta)
 
 
-@pytest.mark.ch16
+@pytest.mark.ch17
 @pytest.mark.parametrize("mode", ["rand", "randn"])
 def test_kernel_draws_what_the_eval_handler_computes(mode):
     n, seed = 3000, 0xFEDCBA987654321

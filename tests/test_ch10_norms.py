@@ -106,7 +106,7 @@ def test_softmax_backward_over_the_last_dim_is_one_kernel(device, kind):
 @pytest.mark.parametrize("device", DEVICES)
 def test_softmax_backward_over_dim_0_is_two_kernels(device):
     # not the innermost dim: the finish cannot be cut into the reduction's rows
-    # (as for softmax itself over dim 0, test_ch17_reductions_values.py)
+    # (as for softmax itself over dim 0, test_ch18_reductions_values.py)
     y = torch.softmax(randn(33, 65, device=device), 0)
     kernels, _ = run(
         lambda g, y: aten._softmax_backward_data(g, y, 0, torch.float32),

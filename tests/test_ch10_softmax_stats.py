@@ -1,4 +1,4 @@
-"""Softmax's statistics in one pass (chapters 10 and 17): the ATen pass that pairs an
+"""Softmax's statistics in one pass (chapters 10 and 18): the ATen pass that pairs an
 amax with the sum of exp(x - amax), the online reduction that computes both, and the
 rows where it must agree with eager: -inf, +inf, NaN, huge values, size-1 rows."""
 

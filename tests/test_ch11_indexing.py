@@ -19,7 +19,8 @@ from minductor.ops import (
     ops,
     set_handler,
 )
-from minductor.scheduler import RecordingHandler, Scheduler, is_indirect
+from minductor.dependencies import RecordingHandler, is_indirect
+from minductor.scheduler import Scheduler
 from minductor.sizevars import index_vars, simplify_loops
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch11]
@@ -533,7 +534,7 @@ def test_cpu_index_tensors_and_scalars_with_cuda_tensors(case):
         got = torch.compile(fn, backend="minductor")(x, idx, v, scale)
     torch.testing.assert_close(got, fn(x, idx, v, scale))
     calls = "".join(g.source[g.source.index("def call"):] for g in graphs)
-    if case == "0-dim scalar":  # a number: copied without waiting for the GPU (ch. 18)
+    if case == "0-dim scalar":  # a number: copied without waiting for the GPU (ch. 19)
         assert "number_on(arg" in calls and ".to('cuda:0'" not in calls
     else:
         assert ".to('cuda:0', memory_format=torch.contiguous_format)" in calls

@@ -2,7 +2,7 @@
 
 AOTAutograd keeps each input mutation in the graph as a final copy_ (chapter 1); it
 lowers to a kernel that writes into the input's own memory (chapter 11), after every
-read of the old value (chapter 14)."""
+read of the old value (chapter 15)."""
 
 import pytest
 import torch

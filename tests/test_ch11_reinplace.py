@@ -265,7 +265,7 @@ def test_a_stored_view_of_the_old_input_is_read_before_the_write(device):
 
 
 def test_a_copy_into_an_input_follows_the_readers_of_a_stored_view():
-    """The same ordering for the plain copy_ (chapter 14's order_mutations): the add
+    """The same ordering for the plain copy_ (chapter 15's order_mutations): the add
     reading the stored x.t() ran after the copy before readers were filed by memory."""
 
     def f(x, w):

@@ -94,7 +94,7 @@ def test_minductor_decodes_eager_tokens(workload, batch, graphs):
 
 
 def test_gpt_fast_step_is_recorded_once_and_replayed(monkeypatch, caplog):
-    """With chapter 21's stand-in recorder for CPU tensors, the one-token step is
+    """With chapter 22's stand-in recorder for CPU tensors, the one-token step is
     recorded once (the cache buffers keep their addresses from one generate to the
     next) and replayed from then on, and the tokens are still eager's."""
     monkeypatch.setitem(RECORDERS, "cpu", SimulatedRecording)

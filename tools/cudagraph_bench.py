@@ -1,4 +1,4 @@
-"""Host wall time per call with and without CUDA graphs (chapters 21, 22), on a GPU.
+"""Host wall time per call with and without CUDA graphs (chapters 22, 23), on a GPU.
 
 Four workloads, each where the host sets the pace:
   (a) tiny-op chain: 20 rounds of sin/cos/tanh/relu over a 64x64 fp32 tensor;
@@ -11,7 +11,7 @@ Four workloads, each where the host sets the pace:
       every call (chapter 8 builds it on the GPU instead);
   (f) the block of (b) given its mask as a CPU tensor and moving it to the GPU every
       call, an op no CUDA graph can hold: minductor splits the graph around it
-      (chapter 22; it is also timed with the split off, when the whole graph runs
+      (chapter 23; it is also timed with the split off, when the whole graph runs
       plain).
 Backends: eager, Inductor (default and mode="reduce-overhead"), minductor (default and
 mode="reduce-overhead"). Each is checked against eager before it is timed. The host's

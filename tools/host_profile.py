@@ -1,4 +1,4 @@
-"""What one launch, and the runtime calls around it, cost the host (chapter 20).
+"""What one launch, and the runtime calls around it, cost the host (chapter 21).
 
 A tiny kernel launched through Triton's `kernel[grid](...)`, minductor's `launch` and a
 `CallSite` (with nothing checked and with both pointers checked), beside the single

@@ -1,4 +1,4 @@
-"""Chapter 27 on two GPUs of one host (or a group of one on one GPU), with NCCL: compiled collectives, a
+"""Chapter 28 on two GPUs of one host (or a group of one on one GPU), with NCCL: compiled collectives, a
 sequence-parallel block, DDP, and the overlap pass, against eager (and Inductor).
 
     python tools/many_gpus.py [--json OUT.json]

@@ -1,4 +1,4 @@
-"""Chapter 24's template over a grid of tile configurations, for one product, on a GPU.
+"""Chapter 25's template over a grid of tile configurations, for one product, on a GPU.
 
 Each configuration (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) that fits the shared
 memory is compiled and timed as `max-autotune` times its candidates (in a CUDA graph),

@@ -7,7 +7,7 @@ new process does the same with the directories the first one filled. Each report
 seconds from the compiled call to the end of the step (imports and model building not
 counted), and the step's loss. Rounds repeat this in turns, the compilers' order
 reversed each round. Inductor runs with its own caches as they ship (FX graph cache,
-AOTAutograd cache); minductor with its graph cache (chapter 26). With --artifacts, a
+AOTAutograd cache); minductor with its graph cache (chapter 27). With --artifacts, a
 third new process starts from empty directories again, given only the cache artifacts
 the cold one saved (`save_cache_artifacts` / `load_cache_artifacts`, torch's or ours):
 another machine's warm start.

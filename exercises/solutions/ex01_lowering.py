@@ -22,7 +22,7 @@
 # **It builds on** chapter 6 (*Lowering*): `register_lowering` and the `lowerings`
 # registry; chapter 7 (*Pointwise lowerings*): `pointwise` and its promotion kinds;
 # and chapter 3 (*The `ops` protocol*): the closed table `MATH_OPS`. Both ops can be composed from operations
-# that are already in that table, so no new Triton method is needed (chapter 15).
+# that are already in that table, so no new Triton method is needed (chapter 16).
 #
 # **Why it matters.** An op without a lowering still gives the right answer (the
 # fallback calls ATen), but it costs: every tensor argument is realized into memory
@@ -171,7 +171,7 @@ def lower_hypot(a, b):
 # %% [markdown]
 # The checks compile with minductor and compare with eager. Besides values they pin
 # structure: no fallback is left, and `hypot` appears in the kernel's name (kernels
-# are named after the ATen ops they compute, chapter 16), fused with the `mul` into a
+# are named after the ATen ops they compute, chapter 17), fused with the `mul` into a
 # single kernel.
 
 
@@ -372,4 +372,4 @@ test_xlogy_float16()
 #    `[eps, 1 - eps]` first). Which promotion kind?
 # 3. Lower `aten.atan2`. It cannot be composed from `MATH_OPS`, which has no
 #    arctangent: add a row to the table and follow the failing tests to the places
-#    that need it (chapter 3, challenge 1; chapter 16, challenge 3).
+#    that need it (chapter 3, challenge 1; chapter 17, challenge 3).

@@ -334,7 +334,7 @@ test_index_fill_0d_index_and_integers()
 #
 # 1. `x` in `index_fill` is copied before the scatter writes into the copy. When `x`
 #    is an intermediate that nothing else reads, the copy is wasted: which pass of
-#    chapter 18 could let the scatter write into `x`'s own buffer?
+#    chapter 19 could let the scatter write into `x`'s own buffer?
 # 2. Lower `aten.index_copy` (`x.index_copy(dim, index, source)`): the same scatter,
 #    with `value(i)` read from `source`. What does eager do with a repeated index, and
 #    can your lowering promise the same?

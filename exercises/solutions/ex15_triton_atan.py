@@ -17,12 +17,12 @@
 # in the four places an op lives.
 #
 # **You will:** teach minductor `atan`, which it does not know at any level: a row in
-# chapter 3's table of math ops, a method in chapter 15's table of Triton expressions that prints
+# chapter 3's table of math ops, a method in chapter 16's table of Triton expressions that prints
 # the op into kernel source (`libdevice.atan` on a GPU), and, because Triton's
 # interpreter has no libdevice, a `@triton.jit` helper that computes the arctangent
 # from the operations the interpreter does run, accurate to float32.
 #
-# **It builds on** chapter 15 (*Triton's ops*): `TritonOverrides`, one method per op
+# **It builds on** chapter 16 (*Triton's ops*): `TritonOverrides`, one method per op
 # returning a line of Triton, and `InterpreterOverrides`, which replaces the libdevice
 # calls with `helpers.*` functions from `triton_helpers.py` (the generated module
 # imports it as `helpers`); chapter 3 (*The `ops` protocol*) for `MATH_OPS`, the
@@ -138,7 +138,7 @@ atan_jit = triton.jit(atan)
 #
 # 1. **The table** (chapter 3): `MATH_OPS["atan"] = (arity, eager function)`. Every
 #    handler that evaluates or checks a body looks here.
-# 2. **The Triton table** (chapter 15): a method `atan` on `TritonOverrides`
+# 2. **The Triton table** (chapter 16): a method `atan` on `TritonOverrides`
 #    that returns the Triton text for the op, given the name of its argument
 #    (`"tmp0"` → `"libdevice.atan(tmp0)"`), and one on `InterpreterOverrides` that
 #    calls your helper instead (`"helpers.atan(tmp0)"`). Set them as
@@ -286,7 +286,7 @@ test_uninstall_restores()
 # 1. The helper computes in the dtype it is given. Compile `torch.atan` on a float64
 #    tensor: how large is the error, and what would a float64 helper need (the
 #    polynomial Cephes uses for `atan`, not `atanf`)?
-# 2. Write `atan2(y, x)` from your `atan` (chapter 15, challenge 1): which quadrant
+# 2. Write `atan2(y, x)` from your `atan` (chapter 16, challenge 1): which quadrant
 #    rules, and what does eager return for `atan2(±0, -0)` and `atan2(inf, inf)`?
 # 3. Time your helper against `libdevice.atan` on a GPU (the performance page's
 #    `benchmark`): a memory-bound kernel should not notice the difference. Does it?

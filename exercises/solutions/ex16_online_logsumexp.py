@@ -21,10 +21,10 @@
 # after the loop. You write the Triton that `ops.reduction` prints for it, teach chapter
 # 16's handler the new type with `kernel_op`, and lower `aten.logsumexp` to it.
 #
-# **It builds on** chapter 17 (*Reduction and scan kernels*): `reduce_tile` and its
+# **It builds on** chapter 18 (*Reduction and scan kernels*): `reduce_tile` and its
 # helpers for Welford and argmax (the model for yours), the kernel's `accumulator`,
 # `newvar(..., after_loop=True)` and `lines`, the handler's `reduction` method, and
-# `kernel_op`, chapter 16's hook that makes a function a method of the handler;
+# `kernel_op`, chapter 17's hook that makes a function a method of the handler;
 # chapter 10 (*Reductions*) for `make_reduction`; chapter 2 (*Decompositions*) for the
 # `decompositions` table, and for eager's rules on infinities in `logsumexp`.
 #
@@ -32,7 +32,7 @@
 # exponentials shifted by it. Over a row that fits a persistent kernel the two are one
 # kernel. Over a longer row they are two: a looped kernel finds each row's maximum, and
 # a second reads the whole row again to sum `exp(x - max)`, because a looped kernel
-# cannot use a reduction's result inside its own loop (chapter 14). In `float32` that is
+# cannot use a reduction's result inside its own loop (chapter 15). In `float32` that is
 # 8 bytes read per element where 4 would do. Inductor has the same remedy for softmax:
 # the reduction type `online_softmax_reduce` (`OnlineSoftmaxReduction` in
 # `torch/_inductor/ir.py`, merged with `online_softmax_combine` from
@@ -60,7 +60,7 @@ from minductor.lowering import lowerings, register_lowering
 from minductor.reductions import make_reduction
 
 aten = torch.ops.aten
-CHAPTER_REDUCTION = KernelOpsHandler.reduction  # chapter 17's method, to fall back to
+CHAPTER_REDUCTION = KernelOpsHandler.reduction  # chapter 18's method, to fall back to
 CHAPTER_DECOMPOSITION = decompositions[aten.logsumexp.default]  # chapter 2's
 
 
@@ -117,7 +117,7 @@ print(graph.kernel_names)
 # %% [markdown]
 # ## Part 1: the Triton for one reduction
 #
-# Write `logsumexp_tile(k, src_dtype, value)`, the counterpart of chapter 17's
+# Write `logsumexp_tile(k, src_dtype, value)`, the counterpart of chapter 18's
 # `welford_reduction`: `k` is the `TritonKernel`, `value` the name of the temporary the
 # body computed for one element (already in `src_dtype`, `float32` for half inputs), and
 # the function returns the name of the temporary that holds each row's result, a
@@ -132,7 +132,7 @@ print(graph.kernel_names)
 # - `k.overrides.exp(x)` and `k.overrides.log(x)` give the device's `exp` and `log`
 #   (libdevice on a GPU, `tl.exp` in the interpreter); `TRITON_DTYPES[src_dtype]` the
 #   Triton dtype of an accumulator; `helpers.maximum`, `helpers.max_with_nan` are
-#   chapter 17's.
+#   chapter 18's.
 #
 # Start as `reduce_tile` does, with `tl.broadcast_to(value, [XBLOCK, RBLOCK])`.
 
@@ -175,10 +175,10 @@ def logsumexp_tile(k, src_dtype, value):
 #
 # Write `install()`, which makes `torch.logsumexp` compile to your reduction:
 #
-# 1. **The handler** (chapter 17): with `@kernel_op`, give `KernelOpsHandler` a new
+# 1. **The handler** (chapter 18): with `@kernel_op`, give `KernelOpsHandler` a new
 #    `reduction(self, dtype, src_dtype, reduction_type, value)` that calls
 #    `logsumexp_tile(self.kernel, src_dtype, value)` for `"logsumexp"`, through the
-#    kernel's `reduction_cache` as chapter 17's method does (key:
+#    kernel's `reduction_cache` as chapter 18's method does (key:
 #    `(reduction_type, str(value))`), and hands every other type to
 #    `CHAPTER_REDUCTION(self, ...)`.
 # 2. **The decomposition** (chapter 2): remove `aten.logsumexp.default` from
@@ -334,7 +334,7 @@ def test_uninstall_restores():
         expect(len(kernels), 1, f"kernels while installed ({kernels})")
     assert KernelOpsHandler.reduction is CHAPTER_REDUCTION, (
         f"KernelOpsHandler.reduction after uninstall(): got "
-        f"{KernelOpsHandler.reduction!r}, expected chapter 17's {CHAPTER_REDUCTION!r}"
+        f"{KernelOpsHandler.reduction!r}, expected chapter 18's {CHAPTER_REDUCTION!r}"
     )
     graph = logsumexp_graph(torch.randn(5, 5000))
     kernels = graph.kernel_names
@@ -378,7 +378,7 @@ test_dtypes_match_eager()
 test_infinities_and_nan_as_eager()
 
 # %% [markdown]
-# `uninstall` brings back chapter 17's handler and chapter 2's two kernels:
+# `uninstall` brings back chapter 18's handler and chapter 2's two kernels:
 
 # %%
 test_uninstall_restores()

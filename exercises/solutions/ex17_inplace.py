@@ -17,23 +17,23 @@
 #
 # **You will:** let a kernel write its output over a graph input that dies in it, when
 # the caller has promised never to use that input again. You write a version of
-# chapter 16's `inplace_candidates` that accepts such *donated* inputs, and a handover
-# for the wrapper that adds their pairs to chapter 19's, without giving away memory it
+# chapter 17's `inplace_candidates` that accepts such *donated* inputs, and a handover
+# for the wrapper that adds their pairs to chapter 20's, without giving away memory it
 # does not own. Then you watch a training step's backward
 # write the gradient of a GELU over the activation its forward saved.
 #
-# **It builds on** chapter 19 (*Memory plan*): `written_over`, which keeps the
+# **It builds on** chapter 20 (*Memory plan*): `written_over`, which keeps the
 # candidates whose memory is the wrapper's own (never a graph input), `live_bytes` and
-# `alias_roots`; chapter 18 (*Wrapper*): `plan`, which asks the pipeline's `handovers`
+# `alias_roots`; chapter 19 (*Wrapper*): `plan`, which asks the pipeline's `handovers`
 # for those pairs and writes `buf0 = arg  # reuse` (or a `reinterpret_tensor` of it
 # when the layouts differ) before the kernel, and the `args.clear()` at the top of
-# `call`; chapter 16 (*Triton kernels*), section "Writing over an input":
-# `inplace_candidates`, `same_memory` and the `in_out_ptr`; chapter 14 (*Scheduler*)
+# `call`; chapter 17 (*Triton kernels*), section "Writing over an input":
+# `inplace_candidates`, `same_memory` and the `in_out_ptr`; chapter 15 (*Scheduler*)
 # for each node's `reads` and `writes`; chapter 1 (*Capture*) for AOTAutograd, which
 # compiles a training step as a forward graph and a backward graph.
 #
 # **Why it matters.** A graph input is the caller's memory, and the caller may read it
-# after the call, so chapter 19 never lets a kernel write over one. In training that
+# after the call, so chapter 20 never lets a kernel write over one. In training that
 # leaves memory on the table. Most of a backward graph's inputs are activations that
 # the forward saved for it, and nothing reads them after the backward. Take
 # `GELU(Linear(x))`. The forward saves the Linear's output, `(300, 70)` floats; the
@@ -67,7 +67,8 @@ from minductor.config import config
 from minductor.ir import MutationBuffer
 from minductor.lowering import GraphLowering
 from minductor.runtime import empty_strided_cpu, load_module
-from minductor.scheduler import MemoryDep, Scheduler, is_indirect
+from minductor.dependencies import MemoryDep, is_indirect
+from minductor.scheduler import Scheduler
 from minductor.wrapper import FreeLine, WrapperCodeGen, handovers
 
 UNFUSED = {"max_fusion_size": 1}  # each node its own kernel
@@ -84,7 +85,7 @@ def lowered(fn, *args, fuse=False):
 
 
 def plan_of(fn, *args, donated=None):
-    """Plan `fn`'s wrapper: chapter 18's if `donated` is None, else yours (Part 2)
+    """Plan `fn`'s wrapper: chapter 19's if `donated` is None, else yours (Part 2)
     with those input names donated. Returns (wrapper, source of the module)."""
     graph, scheduler = lowered(fn, *args)
     if donated is None:
@@ -170,7 +171,7 @@ print(call_lines(plain_source))
 # `primals_3` is the model's input `x`, which the caller still holds; `tangents_1` is
 # the incoming gradient; `addmm` is the saved activation, the only input donated. The
 # GELU's backward kernel reads `tangents_1` and `addmm` where it writes `buf0`, and
-# both die there, yet `buf0` gets 84,000 bytes of its own: chapter 19 gives away no
+# both die there, yet `buf0` gets 84,000 bytes of its own: chapter 20 gives away no
 # graph input.
 #
 # Why may `call` write over `addmm` at all, when the caller passed it in? Because of
@@ -186,11 +187,11 @@ print(call_lines(plain_source))
 # %% [markdown]
 # ## Part 1: the candidates
 #
-# Start from chapter 16's rules (read `inplace_candidates` in
-# `minductor/codegen_triton.py`, or chapter 16). For a member that stores plainly,
+# Start from chapter 17's rules (read `inplace_candidates` in
+# `minductor/codegen_triton.py`, or chapter 17). For a member that stores plainly,
 # an input `old` it reads may be written over when `old` is not a graph output, not
 # made in the same kernel, has this member as its only reader, is read only where the
-# member writes, and its layout is `same_memory` as the output's. Chapter 16 also
+# member writes, and its layout is `same_memory` as the output's. Chapter 17 also
 # refuses every graph input. Before you let a donated one through, check that the
 # other rules still protect an input that the caller gave away but the graph itself
 # still needs:
@@ -210,12 +211,12 @@ print(call_lines(plain_source))
 #   so `same_memory` refuses an input that starts inside its storage). A size input
 #   (a `SymInt`) has no buffer: `None`.
 #
-# One thing no rule of chapter 16 covers: a graph's **constants** (`graph.constants`,
+# One thing no rule of chapter 17 covers: a graph's **constants** (`graph.constants`,
 # tensors that `make_fx` or Dynamo lifted out of the program) are graph inputs too,
 # passed by the compiled graph itself to every call (`CompiledGraph.__call__`, chapter
 # 1), and held by it between calls. No caller can give one away, whatever it names.
 #
-# Write `candidates(scheduler, donated)`: chapter 16's rules, but a graph input may be
+# Write `candidates(scheduler, donated)`: chapter 17's rules, but a graph input may be
 # written over when it is in `donated` and is not a constant. With `donated` empty it
 # must return what `inplace_candidates` returns. `readers_of(scheduler)` and
 # `stores_plainly(scheduler, member)` below do the parts that do not change.
@@ -299,17 +300,17 @@ def candidates(scheduler, donated):
 # %% [markdown]
 # ## Part 2: the wrapper
 #
-# `DonatingWrapper` is chapter 18's wrapper with a set of donated input names, which
-# plans with your `donating_written_over` in the place of chapter 19's `written_over`
-# in the pipeline's `handovers`. It must return chapter 19's pairs (memory the wrapper
+# `DonatingWrapper` is chapter 19's wrapper with a set of donated input names, which
+# plans with your `donating_written_over` in the place of chapter 20's `written_over`
+# in the pipeline's `handovers`. It must return chapter 20's pairs (memory the wrapper
 # owns, filtered by its rules: keep them, do not copy them) plus the pairs of your
 # candidates whose input is donated. Nothing else changes: `plan` writes the `# reuse`
 # line (a `reinterpret_tensor` when the layouts differ), `plan_frees` the `del` of the
-# input's name, and chapter 16's kernel gives each pair an `in_out_ptr`.
+# input's name, and chapter 17's kernel gives each pair an `in_out_ptr`.
 #
 # Mind two things. `config.inplace_buffers = False` switches all writing over off,
 # donated or not. And a kernel gets one pointer per output: an output may be written
-# over one input, never two. Your candidates and chapter 16's can disagree about an
+# over one input, never two. Your candidates and chapter 17's can disagree about an
 # output that reads both a dying buffer of the wrapper's and a donated input (each
 # takes the first name in sorted order that it accepts, and `addmm_1` sorts before
 # `buf0`).
@@ -317,10 +318,10 @@ def candidates(scheduler, donated):
 
 # %%
 def donating_written_over(wrapper):
-    """Chapter 19's pairs, and your candidates' pairs whose input is in
+    """Chapter 20's pairs, and your candidates' pairs whose input is in
     `wrapper.donated`: input -> output."""
     # BEGIN SOLUTION
-    found = memory.written_over(wrapper)  # the wrapper's own memory, chapter 19's rules
+    found = memory.written_over(wrapper)  # the wrapper's own memory, chapter 20's rules
     if not config.inplace_buffers:
         return found
     taken = set(found.values())
@@ -337,8 +338,8 @@ class DonatingWrapper(WrapperCodeGen):
         self.donated = frozenset(donated)
 
     def plan(self):
-        # your handover in the place of chapter 19's, while this wrapper plans
-        with handovers.using(donating_written_over, chapter=19, name="written_over"):
+        # your handover in the place of chapter 20's, while this wrapper plans
+        with handovers.using(donating_written_over, chapter=20, name="written_over"):
             super().plan()
 
 
@@ -423,13 +424,13 @@ def test_the_backward_writes_over_its_saved_activation():
     expect(
         sorted(plain_allocated),
         sorted(allocated + [activation]),
-        "sizes allocated by chapter 18's plan (expected: yours and the activation's)",
+        "sizes allocated by chapter 19's plan (expected: yours and the activation's)",
     )
-    # chapter 19's plan holds the saved activation and buf0 while the kernel runs;
+    # chapter 20's plan holds the saved activation and buf0 while the kernel runs;
     # yours, at most the activation's memory and the weight's and bias's gradients
     peaks = held_bytes(plain, donated), held_bytes(planned, donated)
     expected = (2 * activation, activation + weight + bias)
-    expect(peaks, expected, "peak bytes held (chapter 19's plan, yours)")
+    expect(peaks, expected, "peak bytes held (chapter 20's plan, yours)")
 
 
 def view_as_matrix(x):
@@ -483,19 +484,19 @@ def test_what_is_not_donated_stays_the_callers():
         expect(
             candidates(scheduler, set()),
             inplace_candidates(scheduler),
-            f"{name}: candidates with nothing donated (expected chapter 16's)",
+            f"{name}: candidates with nothing donated (expected chapter 17's)",
         )
         ours, chapters = plan_of(fn, *args, donated=set())[1], plan_of(fn, *args)[1]
         assert ours == chapters, (
             f"{name}: with nothing donated, got the module\n{ours}\n"
-            f"expected chapter 18's\n{chapters}"
+            f"expected chapter 19's\n{chapters}"
         )
     for fn, args in [(sum_then_exp, (square,)), (backward, bw_inputs)]:
         _, scheduler = lowered(fn, *args, fuse=True)  # kernels of several members
         expect(
             candidates(scheduler, set()),
             inplace_candidates(scheduler),
-            "fused kernels: candidates with nothing donated (expected chapter 16's)",
+            "fused kernels: candidates with nothing donated (expected chapter 17's)",
         )
     _, source = plan_of(gelu_of_product, a, b, donated={"b_1"})
     expect(
@@ -504,7 +505,7 @@ def test_what_is_not_donated_stays_the_callers():
         f"(reuse lines, in_out_ptr kernels) of\n{call_lines(source)}\n",
     )
     kept, expected = a.clone(), gelu_of_product(a, b)
-    for code in (plain_source, source):  # chapter 18's, then yours with b donated
+    for code in (plain_source, source):  # chapter 19's, then yours with b donated
         (out,), _ = run(code, a, b.clone())
         torch.testing.assert_close(out, expected)
         expect_equal(a, kept, "a, not donated, after the call")  # as it was
@@ -667,7 +668,7 @@ test_the_backward_writes_over_its_saved_activation()
 test_a_donated_input_in_another_layout()
 
 # %% [markdown]
-# With nothing donated, chapter 16's candidates and chapter 18's module; an input not
+# With nothing donated, chapter 17's candidates and chapter 19's module; an input not
 # donated is left as it was:
 
 # %%
@@ -687,7 +688,7 @@ test_what_stays_refused()
 test_one_input_per_output()
 
 # %% [markdown]
-# Chapter 19's pairs and rules stay, and `inplace_buffers = False` switches all off:
+# Chapter 20's pairs and rules stay, and `inplace_buffers = False` switches all off:
 
 # %%
 test_chapter_18s_rules_stay()
@@ -710,9 +711,9 @@ test_chapter_18s_rules_stay()
 # 3. A donated input that no pointwise kernel can write over (read by an `mm`, or by
 #    a reduction) is freed at its `del`, and that is all: Inductor does the same
 #    (`codegen_free`: a graph input, donated or not, "can be freed but not reused").
-#    Could chapter 19's pool hand its memory to a later allocation of its size? What
+#    Could chapter 20's pool hand its memory to a later allocation of its size? What
 #    would `plan_reuse` (its `holders`) and `live_bytes` need to know about it?
-# 4. A reduction stores after its loop, so chapter 16 refuses it. Could `x.sum(1)`
+# 4. A reduction stores after its loop, so chapter 17 refuses it. Could `x.sum(1)`
 #    over a donated `(M, N)` input write its `M` sums into the first `M` elements of
 #    `x`? Which program stores into a row that another program may still be reading,
 #    and in what order of programs would it be safe? What would `same_memory` and the

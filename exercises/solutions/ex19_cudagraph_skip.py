@@ -13,22 +13,22 @@
 # %% [markdown]
 # # Exercise 19: a new reason not to record a CUDA graph
 #
-# **Difficulty:** easy. A few lines of code; reading chapter 21's table is most of the
+# **Difficulty:** easy. A few lines of code; reading chapter 22's table is most of the
 # work.
 #
-# **You will:** write a check for chapter 21's decision table that refuses to record
+# **You will:** write a check for chapter 22's decision table that refuses to record
 # a graph whose replays would copy too many bytes of inputs, register it in
 # `SKIP_CHECKS`, and watch a compiled function run with plain launches, its reason in
 # the log, and its results still right.
 #
-# **It builds on** chapter 21 (*CUDA graphs*): `GraphFacts`, `graph_facts`,
+# **It builds on** chapter 22 (*CUDA graphs*): `GraphFacts`, `graph_facts`,
 # `skip_reason` and its list of checks `SKIP_CHECKS`; the static inputs that are never
 # copied; the CPU stand-in recorder (`SimulatedRecording`) that lets a machine without
 # a GPU run the whole life of a wrapped graph.
 #
 # ## Why a graph might not be worth recording
 #
-# The checks in chapter 21 are all about correctness: a graph that needs the host,
+# The checks in chapter 22 are all about correctness: a graph that needs the host,
 # or that writes into an input we would copy, cannot be replayed right. Your check is
 # about cost. A replay saves the host's launch overhead, some microseconds per kernel.
 # It also adds work: every input that is not static is copied into its placeholder
@@ -280,5 +280,5 @@ test_a_small_input_is_still_recorded()
 #    (count `CompiledGraph.kernel_names`, at a few microseconds each) against bytes
 #    copied (at your GPU's copy bandwidth). Which facts would the check need?
 # 2. A copied input that the caller passes at the placeholder's own address is not
-#    copied (chapter 21's replay compares data pointers). When does that happen in a
+#    copied (chapter 22's replay compares data pointers). When does that happen in a
 #    training loop, and could the decision know it in advance?

@@ -21,14 +21,14 @@
 # it. Checks compare your plan with the book's `plan_frees` and `GroupLiveness` on
 # seeded random programs and on the edge cases one at a time.
 #
-# **It builds on** chapter 19 (*The memory plan*): `plan_frees`, alias groups
-# (`alias_roots`) and `GroupLiveness`; and chapter 18 (*The wrapper*): the lines of
+# **It builds on** chapter 20 (*The memory plan*): `plan_frees`, alias groups
+# (`alias_roots`) and `GroupLiveness`; and chapter 19 (*The wrapper*): the lines of
 # `call`, each with its `uses()` and `defines()`, and `FreeLine`, printed as `del`.
 #
 # **Why it matters.** Without a plan, `call` would hold every intermediate until it
 # returns: a training step's peak would be the sum of its activations. With one, a
 # buffer goes back to the allocator right after the last kernel that reads it, and
-# chapter 19's reuse can hand its memory to the next buffer of its size; a `del` one
+# chapter 20's reuse can hand its memory to the next buffer of its size; a `del` one
 # line too early is a crash or a read of freed memory, one too late is memory held for
 # nothing. Inductor plans the same way: `MemoryPlanningState` and the lines
 # `AllocateLine`, `FreeIfNotReusedLine` and `ReuseLine` of
@@ -40,7 +40,7 @@
 # ## Setup
 #
 # A program is a list of lines. Two kinds are enough here: an `Op`, which runs work
-# (a kernel, an ATen call) that reads `args` and makes `out`, and chapter 18's
+# (a kernel, an ATen call) that reads `args` and makes `out`, and chapter 19's
 # `ReinterpretLine`, a view: a new name for (part of) the memory of its base. Both
 # answer `uses()` and `defines()`, the only two questions liveness asks. A program
 # also names its tensor inputs, its size inputs (symbols such as `s0`, which hold no
@@ -142,7 +142,7 @@ print(show(plan_frees(EXAMPLE.lines, EXAMPLE.graph())))
 #
 # Write `my_plan_frees(lines, inputs, outputs, sizes)`: the lines, in order, with a
 # `FreeLine(names)` inserted right after each line that is the last to mention some
-# names. The rules of chapter 19:
+# names. The rules of chapter 20:
 #
 # * a name dies at the last line that uses or defines it (so a name nothing reads
 #   dies right after the line that makes it);
@@ -221,7 +221,7 @@ def memory_deaths(planned, aliases):
 # ## Checks
 #
 # The reference for Part 1 is `plan_frees`, run on the program's lines with a
-# stand-in for the graph; for Part 2, chapter 19's `alias_roots` and `GroupLiveness`
+# stand-in for the graph; for Part 2, chapter 20's `alias_roots` and `GroupLiveness`
 # stepped through the book's plan.
 
 

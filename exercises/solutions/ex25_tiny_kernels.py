@@ -36,7 +36,7 @@
 # that read different inputs save no bytes by sharing a kernel (one launch, no more),
 # and a kernel that computes outputs of different shapes cannot have one grid for
 # them all. So a real compiler decides *which* nodes share a kernel, and its wrapper
-# launches several. That is chapter 14's scheduler in miniature. In Inductor,
+# launches several. That is chapter 15's scheduler in miniature. In Inductor,
 # `Scheduler.can_fuse` in `torch/_inductor/scheduler.py` asks the Triton backend,
 # whose `can_fuse` in `torch/_inductor/codegen/simd.py` refuses two pointwise nodes
 # with different numbers of elements, and `InductorChoices.can_fuse_horizontal` in
@@ -553,6 +553,6 @@ test_empty_and_repeated_outputs()
 #    Could they share a kernel and its grid? Write the condition, and the index each
 #    output's loads would need.
 # 3. Sharing one input of 4 bytes does not make a fusion worth its larger kernel.
-#    Weigh each pair of outputs by the bytes they read in common, as chapter 14's
+#    Weigh each pair of outputs by the bytes they read in common, as chapter 15's
 #    `score_fusion` does, and merge only above a threshold; find a graph whose
 #    kernels change.

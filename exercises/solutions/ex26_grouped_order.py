@@ -26,9 +26,9 @@
 # tile grid of a 4096 × 4096 product, what a wave of 132 programs (one per SM of an
 # H100) reads in grouped order and in row order.
 #
-# **It builds on** chapter 24 (*Matmul templates*): the tiled kernel and its grouped
+# **It builds on** chapter 25 (*Matmul templates*): the tiled kernel and its grouped
 # order, `TileConfig` and its `GROUP_M`, `Operand` and `matmul_lines`, and the way
-# `template_or_none` fills the template in under `max_autotune`; chapter 20 for
+# `template_or_none` fills the template in under `max_autotune`; chapter 21 for
 # `load_module`; chapter 1 for `record_compiled`.
 #
 # **Why it matters.** A program of a matmul reads a whole row of tiles of `A` (its

@@ -29,11 +29,11 @@
 # functions in place of the book's: the module must be the same text, and its results
 # must match eager PyTorch.
 #
-# **It builds on** chapter 18 (*The wrapper: the Python that runs the kernels*): the
+# **It builds on** chapter 19 (*The wrapper: the Python that runs the kernels*): the
 # line records (`AllocateLine`, `ReuseLine`, `ReinterpretLine`, `KernelCallLine` and
 # its `static_sizes`), `plan`, and the kernel table that defines identical kernels
-# once; chapter 20 (*Runtime: loading modules and launching kernels*): `CallSite` and
-# `SizedSite`, and the alignment a compiled binary assumes; chapter 19 (*The memory
+# once; chapter 21 (*Runtime: loading modules and launching kernels*): `CallSite` and
+# `SizedSite`, and the alignment a compiled binary assumes; chapter 20 (*The memory
 # plan*) for the `# reuse` lines; chapter 9 (*Views and data movement*) for a `cat`
 # whose pieces are written into slices of its buffer.
 #
@@ -57,7 +57,7 @@
 # %% [markdown]
 # ## Setup
 #
-# A program is a list of chapter 18's line records. Small helpers build them:
+# A program is a list of chapter 19's line records. Small helpers build them:
 # `alloc` an allocation, `aten` an ATen call (which returns memory of ATen's own),
 # `reuse` a `# reuse` line, `view` a `reinterpret_tensor` of another name's memory,
 # `free` a `del`, and `launch` a kernel's launch line. A name that no line defines is
@@ -659,7 +659,7 @@ def test_site_lines_on_random_programs():
 # %% [markdown]
 # `planned_lines` compiles a function with the book's wrapper and keeps, for each
 # graph, the lines as they stand when the sites are planned: after the memory plan, so
-# with its `del` and `# reuse` lines. `with_your_plan` is chapter 18's `plan_sites`
+# with its `del` and `# reuse` lines. `with_your_plan` is chapter 19's `plan_sites`
 # with your first two functions in its place. `compiled` compiles and runs a function
 # with the book's wrapper, or with your three functions: then each module must be the
 # book's text before it is loaded, since a site at the wrong sizes may write past the

@@ -17,7 +17,7 @@
 # outside, a `getitem`, a write into an input) changes where nodes land; Part 2 is
 # bookkeeping that must agree with the rest of the splitter.
 #
-# **You will:** write chapter 22's plan. Part 1 gives each node of an ATen graph its
+# **You will:** write chapter 23's plan. Part 1 gives each node of an ATen graph its
 # *level*, the number of recorded pieces that must run before it, and its side (inside
 # a recording or outside). Part 2 puts the nodes in pieces, in the order they run, with
 # what each piece reads from earlier pieces and what it leaves to later ones. Checks
@@ -30,8 +30,8 @@
 # fewest recordings each small graph allows. The last check compiles a function under
 # `mode="reduce-overhead"` with your plan in the splitter.
 #
-# **It builds on** chapter 22 (*Graph partition*): `why_outside`, `Piece`,
-# `plan_pieces`, `piece_module`, `SplitGraph` and `split_for_cudagraphs`; chapter 21
+# **It builds on** chapter 23 (*Graph partition*): `why_outside`, `Piece`,
+# `plan_pieces`, `piece_module`, `SplitGraph` and `split_for_cudagraphs`; chapter 22
 # (*CUDA graphs*) for `written_args`, `RECORDERS` and the stand-in recorder
 # `SimulatedRecording`, which lets a CPU play the GPU here.
 #
@@ -175,7 +175,7 @@ print(show(chapter_plan(EXAMPLE)))
 #
 # Write `my_levels(gm, outside)`: for each `call_function` node of `gm`, in the graph's
 # order, the pair `(level, runs_outside)`, as a dict keyed by the node. The rules of
-# chapter 22:
+# chapter 23:
 #
 # * a node runs outside when `outside(node)` gives a reason;
 # * the nodes a node *follows* are the `call_function` nodes it reads

@@ -15,12 +15,12 @@
 #
 # **Difficulty:** medium. A dozen lines; knowing what may not move is the exercise.
 #
-# **You will:** write the half of chapter 27's overlap pass that moves each wait down
+# **You will:** write the half of chapter 28's overlap pass that moves each wait down
 # the schedule, so that the work that does not need a collective's result runs while
 # the collective is in flight. Then swap it into the compiler and check the schedules
 # and the answers of a few graphs, in a process group of one process.
 #
-# **It builds on** chapter 27 (*Many GPUs*): `CollectiveKernel`, `WaitKernel`,
+# **It builds on** chapter 28 (*Many GPUs*): `CollectiveKernel`, `WaitKernel`,
 # `reorder_for_overlap`; chapter 14's scheduler nodes (`names`, `dep_names`) and its
 # `order_mutations`, which makes a write into a collective's input depend on the wait.
 #
@@ -194,5 +194,5 @@ test_two_waits_keep_their_order()
 # 1. Turn `config.reorder_for_overlap` off and print the three schedules. Which of the
 #    checks above pass anyway, and why?
 # 2. Moving every independent node above a wait makes their results live longer. Find
-#    a graph in which that raises the peak memory (chapter 19's `live_bytes`), and a
+#    a graph in which that raises the peak memory (chapter 20's `live_bytes`), and a
 #    rule that moves only as much work as the collective needs.

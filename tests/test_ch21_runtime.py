@@ -1,0 +1,705 @@
+"""Chapter 21: loading generated modules, launching kernels, the runtime helpers."""
+
+import logging
+import os
+import uuid
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from minductor import runtime
+from minductor.config import config
+from minductor.runtime import (
+    CallSite,
+    SizedSite,
+    benchmark,
+    empty_strided,
+    interpret_mode,
+    launch,
+    load_module,
+    module_path,
+    rand_strided,
+    restride,
+)
+from minductor.runtime import int_class, number_on
+
+pytestmark = pytest.mark.ch21
+
+# real kernels run on CPU tensors in the interpreter, or on a GPU
+DEVICE = "cpu" if interpret_mode() else "cuda"
+
+
+def fresh_source(body="VALUE = 1"):
+    """A module text no other test (or earlier run) has loaded in this process."""
+    return f"# {uuid.uuid4().hex}\n{body}\n"
+
+
+# --- load_module ----------------------------------------------------------------------
+
+
+def test_load_module_writes_the_source_and_imports_it():
+    source = fresh_source("VALUE = 41 + 1")
+    module = load_module(source)
+    assert module.VALUE == 42
+    path = module_path(source)
+    assert module.__file__ == str(path)
+    assert path.read_text() == source
+    assert path.parent == type(path)(config.cache_dir)
+
+
+def test_same_source_gives_the_same_module_object():
+    source = fresh_source("import random\nTOKEN = random.random()")
+    first = load_module(source)
+    second = load_module(source)
+    assert first is second  # imported once: TOKEN is not re-drawn
+
+
+def test_different_source_gives_a_different_file_and_module():
+    a, b = fresh_source("VALUE = 'a'"), fresh_source("VALUE = 'b'")
+    assert module_path(a) != module_path(b)
+    ma, mb = load_module(a), load_module(b)
+    assert ma is not mb and (ma.VALUE, mb.VALUE) == ("a", "b")
+    assert ma.__file__ != mb.__file__
+
+
+def test_module_path_is_a_content_hash():
+    source = fresh_source()
+    assert module_path(source) == module_path(str(source))
+    assert module_path(source).suffix == ".py"
+    assert module_path(source).stem.startswith("c")
+    assert module_path(source + " ") != module_path(source)
+
+
+def test_load_module_uses_the_configured_cache_dir(tmp_path):
+    saved = config.cache_dir
+    config.cache_dir = str(tmp_path / "cache")
+    try:
+        source = fresh_source("VALUE = 7")
+        module = load_module(source)
+    finally:
+        config.cache_dir = saved
+    assert os.path.dirname(module.__file__) == str(tmp_path / "cache")
+    assert module.VALUE == 7
+    assert not any(p.suffix.startswith(".tmp") for p in (tmp_path / "cache").iterdir())
+
+
+def test_loaded_kernels_can_be_inspected_by_triton():
+    source = fresh_source(
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\n"
+        "def add_one(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):\n"
+        "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        "    xmask = xindex < xnumel\n"
+        "    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) + 1.0, xmask)\n"
+    )
+    module = load_module(source)
+    x = torch.arange(37.0, device=DEVICE)
+    out = torch.empty_like(x)
+    launch(module.add_one, x.numel(), x, out, XBLOCK=16, num_warps=1)
+    torch.testing.assert_close(out, x + 1)
+
+
+# --- launch ---------------------------------------------------------------------------
+
+
+class FakeKernel:
+    """Records the grid it is indexed with and the arguments of each launch."""
+
+    def __init__(self):
+        self.grids, self.calls = [], []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+
+        def launcher(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+
+        return launcher
+
+
+def test_launch_of_zero_elements_launches_nothing():
+    kernel = FakeKernel()
+    assert launch(kernel, 0, "in", "out", XBLOCK=64, num_warps=1) is None
+    assert kernel.grids == [] and kernel.calls == []
+
+
+def test_launch_grid_covers_numel_and_passes_xnumel():
+    kernel = FakeKernel()
+    launch(kernel, 100, "in", "out", XBLOCK=32, num_warps=2)
+    grid, args, kwargs = kernel.calls[0]
+    assert grid == (4,)  # ceil(100 / 32)
+    assert args == ("in", "out", 100)
+    assert kwargs["XBLOCK"] == 32
+    if interpret_mode():
+        assert "num_warps" not in kwargs  # the interpreter takes no launch options
+    else:
+        assert kwargs["num_warps"] == 2
+
+
+@pytest.mark.parametrize(
+    "numel,xblock,blocks", [(1, 1, 1), (64, 64, 1), (65, 64, 2), (2145, 1024, 3)]
+)
+def test_launch_grid_sizes(numel, xblock, blocks):
+    kernel = FakeKernel()
+    launch(kernel, numel, XBLOCK=xblock, num_warps=1)
+    assert kernel.calls[0][0] == (blocks,)
+
+
+@pytest.mark.skipif(not interpret_mode(), reason="a fake kernel has no GPU binary")
+def test_launch_keeps_one_launcher_per_kernel_and_grid():
+    kernel = FakeKernel()
+    for _ in range(3):
+        launch(kernel, 10, XBLOCK=8, num_warps=1)
+    launch(kernel, 100, XBLOCK=8, num_warps=1)
+    launch(kernel, 100, 7, XBLOCK=8, num_warps=1)  # a size symbol, s0 = 7
+    mine = {key for key in runtime._launchers if key[0] == id(kernel)}
+    assert mine == {
+        (id(kernel), (10,), (), 8, None, 1),
+        (id(kernel), (100,), (), 8, None, 1),
+        (id(kernel), (100,), (7,), 8, None, 1),
+    }
+    # in the interpreter there is no binary: every launch takes Triton's generic path
+    assert kernel.grids == [(2,), (2,), (2,), (13,), (13,)]
+    assert [c[1][-1] for c in kernel.calls] == [10, 10, 10, 100, 100]  # xnumel last
+    assert kernel.calls[-1][1] == (7, 100)  # the size symbol, then xnumel
+
+
+@pytest.mark.cuda
+def test_direct_launch_never_serves_an_unaligned_pointer():
+    base = torch.randn(1025, device="cuda")
+    aligned, unaligned = base[:1000], base[1:1001]  # the second starts 4 bytes in
+    out = torch.empty(1000, device="cuda")
+    for x in (aligned, aligned, unaligned, aligned, unaligned):
+        out.fill_(-7.0)
+        launch(_double, 1000, x, out, XBLOCK=256, num_warps=4)
+        torch.testing.assert_close(out, x * 2)
+    launcher = runtime._launchers[(id(_double), (1000,), (), 256, None, 4)]
+    assert launcher.binary is not None  # the aligned calls went the direct way
+
+
+@pytest.mark.cuda
+def test_direct_launch_never_serves_other_element_types():
+    # one kernel text, floats then 8-byte integers then floats: a binary compiled
+    # for the first call's pointers must not copy the integers as floats
+    for x in (torch.randn(1000, device="cuda"), torch.arange(1000, device="cuda")):
+        for _ in range(2):
+            out = torch.full_like(x, -7)
+            launch(_copy, 1000, x, out, XBLOCK=256, num_warps=4)
+            assert torch.equal(out, x)
+
+
+@triton.jit
+def _copy(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask), xmask)
+
+
+@triton.jit
+def _double(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) * 2, xmask)
+
+
+@pytest.mark.parametrize("numel", [0, 1, 5, 64, 200])
+def test_launch_runs_a_real_kernel(numel):
+    x = torch.randn(numel, device=DEVICE)
+    out = torch.full((numel,), -7.0, device=DEVICE)
+    launch(_double, numel, x, out, XBLOCK=64, num_warps=1)
+    torch.testing.assert_close(out, x * 2)
+
+
+# --- call sites -----------------------------------------------------------------------
+
+
+def test_a_call_site_binds_sizes_and_blocks_and_passes_buffers_then_sizes():
+    kernel = FakeKernel()
+    site = CallSite(kernel, (1000, 33), XBLOCK=256, RBLOCK=64, num_warps=4, check=(0,))
+    for _ in range(2):
+        site("in", "out")
+    assert kernel.grids == [(4,), (4,)]  # ceil(1000 / 256), one launch each
+    assert [c[1] for c in kernel.calls] == [("in", "out", 1000, 33)] * 2
+    assert kernel.calls[0][2]["XBLOCK"] == 256 and kernel.calls[0][2]["RBLOCK"] == 64
+
+
+def test_a_call_site_hands_its_launches_to_another_launch():
+    seen = []
+
+    def spy(kernel, numel, *args, **meta):
+        seen.append((kernel, numel, args, meta))
+
+    kernel = FakeKernel()
+    CallSite(kernel, (1000, 33), XBLOCK=256, RBLOCK=64, num_warps=4).through(spy)("a")
+    CallSite(kernel, (70,), XBLOCK=128, num_warps=2).through(spy)("b", "c")
+    assert seen == [
+        (kernel, 1000, ("a",), dict(XBLOCK=256, RBLOCK=64, num_warps=4, rnumel=33)),
+        (kernel, 70, ("b", "c"), dict(XBLOCK=128, num_warps=2)),
+    ]
+    assert kernel.calls == []  # the spy launched nothing
+
+
+@pytest.mark.parametrize("numel", [1, 5, 64, 200])
+def test_a_call_site_runs_a_real_kernel(numel):
+    site = CallSite(_double, (numel,), XBLOCK=64, num_warps=1)
+    for _ in range(3):  # the first launch compiles; the others take the direct path
+        x = torch.randn(numel, device=DEVICE)
+        out = torch.full((numel,), -7.0, device=DEVICE)
+        site(x, out)
+        torch.testing.assert_close(out, x * 2)
+
+
+@pytest.mark.cuda
+def test_a_call_site_checks_the_alignment_it_is_told_to():
+    base = torch.randn(1025, device="cuda")
+    aligned, unaligned = base[:1000], base[1:1001]  # the second starts 4 bytes in
+    out = torch.empty(1000, device="cuda")
+    site = CallSite(_double, (1000,), XBLOCK=256, num_warps=4, check=(0,))
+    for x in (aligned, aligned, unaligned, aligned, unaligned):
+        out.fill_(-7.0)
+        site(x, out)
+        torch.testing.assert_close(out, x * 2)
+    assert site.launcher.binary is not None  # the aligned calls went the direct way
+
+
+# --- sites with symbolic sizes -----------------------------------------------------
+
+
+def _triton_specialization():
+    """Triton's own classification of an integer argument, where this Triton exposes
+    it: (type, key) as its launcher's cache key uses them."""
+    jit = pytest.importorskip("triton.runtime.jit")
+    native = getattr(jit, "native_specialize_impl", None)
+    if native is None:
+        pytest.skip("this Triton does not expose native_specialize_impl")
+    from triton.backends.compiler import BaseBackend
+
+    return lambda v: native(BaseBackend, v, False, True, True)
+
+
+EDGES = [
+    *range(-40, 41),
+    *range(2**31 - 20, 2**31 + 20),
+    *range(-(2**31) - 20, -(2**31) + 20),
+    2**32, 2**40 + 16, 2**40 + 1, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 1,
+]  # fmt: skip
+
+
+def test_int_classes_are_no_coarser_than_tritons_specialization():
+    # two integers of one class must get one binary from Triton: the same type and key
+    triton_key = _triton_specialization()
+    seen: dict[int, set] = {}
+    for v in EDGES:
+        seen.setdefault(int_class(v), set()).add(triton_key(v))
+    for cls, keys in seen.items():
+        assert len(keys) == 1, (cls, keys)
+    assert len(seen) >= 7  # 1, multiples of 16 and others, in 32 and 64 bits, unsigned
+
+
+def test_int_class_on_concrete_values():
+    assert [int_class(v) for v in (1, 0, 16, -32, 17, 2, 2**31, 2**31 + 1, 2**63)] == [
+        1, 2, 2, 2, 0, 0, 6, 4, 10,
+    ]  # fmt: skip
+
+
+def test_a_sized_site_passes_buffers_symbols_then_sizes_with_a_grid_per_call():
+    kernel = FakeKernel()
+    site = SizedSite(kernel, 2, XBLOCK=32, RBLOCK=8, num_warps=2)
+    site(100, 7, "in", "out", 9)
+    site(33, 7, "in", "out", 9)
+    site(0, 7, "in", "out", 9)  # nothing to do: no launch
+    assert kernel.grids == [(4,), (2,)]
+    assert [c[1] for c in kernel.calls] == [("in", "out", 9, 100, 7), ("in", "out", 9, 33, 7)]
+    assert kernel.calls[0][2]["XBLOCK"] == 32 and kernel.calls[0][2]["RBLOCK"] == 8
+
+
+def test_a_sized_site_chooses_blocks_per_call_from_the_sizes():
+    kernel = FakeKernel()
+    SizedSite(kernel, 1, per_call="pointwise", XBLOCK=8, num_warps=1)(5000, "x")
+    SizedSite(kernel, 1, per_call="inner", XBLOCK=8, RBLOCK=8, num_warps=1)(6, 300, "y")
+    pointwise, persistent = kernel.calls
+    want = runtime.pointwise_blocks(5000)
+    assert pointwise[2]["XBLOCK"] == want["XBLOCK"] != 8
+    assert pointwise[0] == (-(-5000 // want["XBLOCK"]),)
+    want = runtime.persistent_blocks(6, 300, inner=True)
+    assert persistent[2]["RBLOCK"] == want["RBLOCK"] >= 300  # the whole row at once
+
+
+def test_a_sized_site_hands_its_launches_to_another_launch():
+    seen = []
+    site = SizedSite(FakeKernel(), 1, XBLOCK=64, RBLOCK=16, num_warps=4)
+    site.through(lambda kernel, numel, *args, **meta: seen.append((numel, args, meta)))(
+        50, 9, "a", 3
+    )
+    assert seen == [(50, ("a", 3), dict(XBLOCK=64, RBLOCK=16, num_warps=4, rnumel=9))]
+
+
+@triton.jit
+def _scaled_copy(in_ptr, out_ptr, k, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tl.store(out_ptr + xindex, tl.load(in_ptr + xindex, xmask) * k, xmask)
+
+
+def test_a_sized_site_is_right_across_the_classes_of_its_sizes():
+    # 1 is compiled in as a constant and 16 as a multiple of 16: a binary kept for one
+    # of them and used for 17 would write one element, or assume alignment it lacks
+    site = SizedSite(_scaled_copy, 2, XBLOCK=64, num_warps=1)
+    sizes = [1, 16, 17, 1, 48, 33, 2, 16, 200, 1] if DEVICE == "cpu" else [
+        1, 16, 17, 1, 48, 33, 2, 16, 200, 1, *range(33, 161),
+    ]  # fmt: skip
+    for n in sizes:
+        for k in (1, 3, 16):
+            x = torch.randn(n, device=DEVICE)
+            out = torch.full((n,), -7.0, device=DEVICE)
+            site(n, x, out, k)
+            torch.testing.assert_close(out, x * k)
+    if DEVICE == "cuda":
+        # classes of (k, n): k in 1 / other / 16, n in 1 / multiple of 16 / other
+        assert len(site.binaries) <= 9
+        # sizes met again (16, with k = 3) find their class's binary by the sizes
+        assert site.seen[(3, 16)] is site.binaries[(64, 1, 0, 2)]
+
+
+@pytest.mark.cuda
+def test_a_compiled_graph_is_right_for_inputs_at_odd_addresses():
+    # compiled for an aligned input, then called with one 4 bytes further in
+    def f(x):
+        return (x * 2).sin(), x.sum()
+
+    base = torch.randn(2049, device="cuda")
+    fn = torch.compile(f, backend="minductor")
+    for x in (base[:2048], base[:2048], base[1:2049], base[1:2049], base[:2048]):
+        for got, want in zip(fn(x), f(x), strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_interpret_mode_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpret_mode()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not interpret_mode()
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not interpret_mode()
+
+
+# --- rand_strided, empty_strided, restride --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size,stride",
+    [
+        ((3, 4), (4, 1)),
+        ((3, 4), (1, 3)),
+        ((2, 3, 4), (1, 2, 6)),
+        ((5, 3), (0, 1)),
+        ((4,), (3,)),
+        ((), ()),
+        ((0, 3), (3, 1)),
+        ((2, 0), (1, 2)),
+        ((1, 1), (9, 9)),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float16, torch.int64, torch.bool, torch.uint8],
+    ids=str,
+)
+def test_rand_strided_honours_size_stride_dtype(size, stride, dtype):
+    t = rand_strided(size, stride, device="cpu", dtype=dtype)
+    assert tuple(t.shape) == size and t.stride() == stride
+    assert t.dtype == dtype and t.device.type == "cpu"
+    if t.numel():
+        t.sum()  # every element is readable
+        assert t.storage_offset() == 0
+        span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+        assert t.untyped_storage().nbytes() >= span * t.element_size()
+
+
+def test_rand_strided_values_are_random_and_in_range():
+    floats = rand_strided((1000,), (1,))
+    assert floats.dtype == torch.float32 and floats.std() > 0.5
+    ints = rand_strided((1000,), (1,), dtype=torch.int32)
+    assert 0 <= ints.min() and ints.max() < 10 and len(ints.unique()) > 1
+    bools = rand_strided((1000,), (1,), dtype=torch.bool)
+    assert 0 < bools.sum() < 1000
+
+
+def test_empty_strided_is_torchs():
+    t = empty_strided((3, 4), (1, 3), device="cpu", dtype=torch.float16)
+    assert t.stride() == (1, 3) and t.dtype == torch.float16
+
+
+def test_restride_keeps_a_result_that_has_the_layout():
+    t = torch.empty(3, 4).t()
+    assert restride(t, (4, 3), (1, 4)) is t
+    one = torch.empty(1, 5)[:, :1]
+    assert restride(one, (1, 1), (99, 99)) is one  # the stride of one element
+    empty = torch.empty(0, 3)
+    assert restride(empty, (0, 3), (7, 7)) is empty  # and of none
+    column = torch.empty(5, 1)
+    assert restride(column, (5, 1), (1, 5)) is column  # a size-1 dim's stride
+
+
+def test_restride_explains_a_size_mismatch():
+    with pytest.raises(AssertionError) as info:
+        restride(torch.empty(3, 4), (4, 3), (3, 1))
+    message = str(info.value)
+    assert "size (3, 4) stride (4, 1)" in message
+    assert "expects size (4, 3) stride (3, 1)" in message
+
+
+def test_restride_copies_a_result_with_other_strides(caplog):
+    t = torch.arange(12.0).reshape(3, 4).t()  # (4, 3) with strides (1, 4)
+    with caplog.at_level(logging.DEBUG, logger="minductor"):
+        fixed = restride(t, (4, 3), (3, 1))
+    assert fixed.stride() == (3, 1) and torch.equal(fixed, t)
+    assert fixed.data_ptr() != t.data_ptr()
+    assert "returned strides (1, 4), copied into (3, 1)" in caplog.text
+
+
+def test_restride_lets_an_empty_result_through_only_where_aten_alone_reads_it():
+    empty = torch.empty(0, dtype=torch.int64)
+    assert restride(empty, (5,), (1,), aten_only=True) is empty
+    with pytest.raises(AssertionError, match=r"size \(0,\) stride \(1,\)"):
+        restride(empty, (5,), (1,))  # a kernel would read five elements
+    with pytest.raises(AssertionError, match=r"expects size \(5,\)"):
+        restride(torch.empty(3), (5,), (1,), aten_only=True)  # not empty: a bug
+
+
+def test_restride_names_a_missing_result():
+    with pytest.raises(AssertionError, match=r"no tensor where \(2, 3\) is read"):
+        restride(None, (2, 3), (3, 1))
+
+
+# --- benchmark ------------------------------------------------------------------------
+
+
+def test_benchmark_calls_once_to_warm_up_then_times_times_repeat():
+    calls = []
+    result = benchmark(lambda: calls.append(1), times=3, repeat=4)
+    assert len(calls) == 1 + 3 * 4
+    assert isinstance(result, float) and result >= 0
+
+
+def test_benchmark_reports_the_median_in_milliseconds(monkeypatch):
+    ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020])  # 10 ms, 30 ms, 20 ms
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: next(ticks))
+    assert benchmark(lambda: None, times=1, repeat=3) == pytest.approx(20.0)
+
+
+# --- compiling before the first call --------------------------------------------------
+
+
+def _wrapper_for(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minductor.lowering import GraphLowering
+    from minductor.scheduler import Scheduler
+    from minductor.wrapper import WrapperCodeGen
+
+    graph = GraphLowering(make_fx(fn)(*args), list(args)).lower()
+    wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=True)
+    wrapper.generate()
+    return wrapper
+
+
+def _in_slots(first, second, x):
+    """A cat of five pieces, each written into its slot of one buffer (a cat of fewer
+    is one kernel); the second piece 7 floats in: not aligned."""
+    rest = [x[1, :2].cos(), x[2, :2].tanh(), x[3, :2].neg()]
+    return torch.cat([first, second, *rest])
+
+
+def test_warm_ups_name_each_launch_with_its_dtypes_alignment_and_sizes():
+    def f(x, n, i):
+        y = x.sum(-1) + n[1:].float()
+        return _in_slots(y.exp(), x[0, :5].sin(), x), (i * 2) == 4
+
+    x, n, i = torch.randn(7, 33), torch.arange(8, dtype=torch.int32), torch.arange(6)
+    wrapper = _wrapper_for(f, x, n, i)
+    warm_ups = wrapper.warm_ups()
+    kernels = {line.kernel_name for line in wrapper.lines if hasattr(line, "kernel")}
+    assert {w.kernel for w in warm_ups} == kernels  # static sizes: every kernel
+    assert len(warm_ups) == len(kernels) == 4  # the three 2-float pieces: one kernel
+    by_sizes = {w.sizes: w for w in warm_ups}
+    reduction = by_sizes[(7, 33)]  # xnumel, then rnumel
+    assert "RBLOCK" in dict(reduction.blocks) and "num_warps" in dict(reduction.blocks)
+    assert (torch.int32, True) in reduction.buffers
+    assert by_sizes[(6,)].buffers == ((torch.int64, True), (torch.bool, True))
+    sin = next(w for w in warm_ups if "sin" in w.kernel)
+    assert sin.buffers[-1] == (torch.float32, False)  # 28 bytes into the cat
+    # each warm-up names the site its launch uses
+    sites = {line.site for line in wrapper.lines if hasattr(line, "kernel")}
+    assert {w.site for w in warm_ups} == sites and len(sites) == 4
+
+
+def test_a_site_checks_what_call_did_not_allocate_aligned():
+    def f(x, n):
+        y = x.sum(-1) + n[1:].float()  # inputs: checked
+        z = torch.lgamma(y)  # a fallback's result: checked
+        # the cat's first piece is at offset 0 of memory call allocates: not checked;
+        # the second, 7 floats in, is
+        return _in_slots(z.exp(), x[0, :5].sin(), x)
+
+    x, n = torch.randn(7, 33), torch.arange(8, dtype=torch.int32)
+    wrapper = _wrapper_for(f, x, n)
+    checked = {}
+    for line in wrapper.lines:
+        if hasattr(line, "kernel"):
+            args = line.kernel.call_args
+            checked[line.kernel_name] = {args[i] for i in line.check}
+    inputs = set(wrapper.graph.graph_input_names)
+    (fallback,) = [b.name for b in wrapper.graph.buffers if "lgamma" in str(b)]
+    (reduction, exp, sin, *_) = checked  # in launch order
+    assert checked[reduction] == inputs  # x and n, not the buffer it writes
+    assert checked[exp] == {fallback}
+    sin_args = next(ln for ln in wrapper.lines if getattr(ln, "kernel_name", "") == sin)
+    assert checked[sin] == {sin_args.kernel.call_args[0], sin_args.kernel.call_args[-1]}
+    assert sin_args.kernel.call_args[0] in inputs
+
+
+def test_launches_with_symbolic_sizes_are_left_to_compile_at_launch():
+    from minductor.capture import record_compiled
+
+    warm = []
+    real = runtime.precompile
+
+    def spy(module, warm_ups, device):
+        warm.append(warm_ups)
+        return real(module, warm_ups, device)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: (x * 2).sin(), backend="minductor", dynamic=True)
+    with record_compiled() as graphs, pytest.MonkeyPatch.context() as mp:
+        mp.setattr("minductor.capture.precompile", spy)
+        x = torch.randn(6, 5, device=DEVICE)
+        out = fn(x)
+    torch.testing.assert_close(out, (x * 2).sin())
+    assert graphs and warm == [[]]  # one graph, its one launch over s0*s1 elements
+
+
+def test_compile_threads_is_an_option():
+    torch._dynamo.reset()
+    x = torch.randn(9, device=DEVICE)
+    fn = torch.compile(lambda x: x.cos() * 3, backend="minductor",
+                       options={"compile_threads": 1})  # fmt: skip
+    torch.testing.assert_close(fn(x), x.cos() * 3)
+    with pytest.raises(Exception, match="compile_threads"):
+        torch.compile(lambda x: x + 1, backend="minductor",
+                      options={"compile_threads": "many"})(x)  # fmt: skip
+
+
+def _compiles_by_thread(monkeypatch, threads: int, scale: float):
+    """Which threads Triton's compiler ran on, for a graph of fresh kernels."""
+    import threading
+
+    from minductor.capture import record_compiled
+
+    import triton.compiler
+
+    # a kernel binds Triton's compile function when it first runs on a device
+    main, seen, real = threading.main_thread(), [], triton.compiler.compile
+
+    def spy(src, *args, **kwargs):
+        seen.append(threading.current_thread() is main)
+        return real(src, *args, **kwargs)
+
+    monkeypatch.setattr(triton.compiler, "compile", spy)
+    torch._dynamo.reset()
+    x = torch.randn(33, 65, device="cuda")
+
+    def f(x):  # the scale makes the kernels' text new to this process
+        return (x * scale).sin(), (x + scale).sum(-1), (x - scale).amax(0)
+
+    fn = torch.compile(f, backend="minductor", options={"compile_threads": threads})
+    with record_compiled() as graphs:
+        results = fn(x)
+    for got, want in zip(results, f(x), strict=True):
+        torch.testing.assert_close(got, want)
+    (graph,) = graphs
+    assert len(seen) == len(graph.kernel_names) == 2  # the sum fuses with the sin
+    return seen
+
+
+@pytest.mark.cuda
+def test_kernels_compile_on_threads_before_the_first_launch(monkeypatch):
+    seen = _compiles_by_thread(monkeypatch, 4, 1.0 + uuid.uuid4().int % 10**6 / 1e7)
+    assert not any(seen)  # every kernel compiled, none on the main thread
+
+
+@pytest.mark.cuda
+def test_one_compile_thread_compiles_each_kernel_at_its_launch(monkeypatch):
+    seen = _compiles_by_thread(monkeypatch, 1, 2.0 + uuid.uuid4().int % 10**6 / 1e7)
+    assert all(seen)  # each at its launch
+
+
+def test_a_warm_up_goes_through_the_launcher_the_launch_will_use():
+    class Kernel:  # records what Triton's JITFunction.warmup would be given
+        __name__ = "fake"
+
+        def warmup(self, *args, grid, **kwargs):
+            self.seen = (args, grid, kwargs)
+
+    kernel = Kernel()
+    launcher = runtime.launcher_for(kernel, (1000, 33), (), 256, 64, 4)
+    launcher.warm_up("in_ptr", "out_ptr", 1000, 33)
+    assert kernel.seen == (
+        ("in_ptr", "out_ptr", 1000, 33),
+        (4,),  # ceil(1000 / 256) programs
+        {"XBLOCK": 256, "RBLOCK": 64, "num_warps": 4},
+    )
+    assert runtime.launcher_for(kernel, (1000, 33), (), 256, 64, 4) is launcher
+    assert runtime.launcher_for(kernel, (1000, 33), (), 128, 64, 4) is not launcher
+
+
+# --- numbers moved to the GPU ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICE])
+def test_number_on_keeps_value_sign_and_dtype_and_one_tensor_per_value(device):
+    values = [
+        (0.0, torch.float32), (-0.0, torch.float32), (-0.0, torch.bfloat16),
+        (1.0, torch.float32), (1.0, torch.float64), (1, torch.int64), (True, torch.bool),
+        (1e-6, torch.float64), (0.1, torch.float32), (-(2**40), torch.int64),
+        (float("inf"), torch.float16), (float("-inf"), torch.float32),
+    ]  # fmt: skip
+    got = []
+    for value, dtype in values:
+        x = torch.tensor(value, dtype=dtype)
+        y = number_on(x, device)
+        assert y.device.type == torch.device(device).type and y.dim() == 0
+        assert y.dtype == dtype and y.cpu().item() == x.item()
+        assert torch.signbit(y.cpu()) == torch.signbit(x)  # -0.0 is not 0.0
+        assert number_on(x.clone(), device) is y  # the same value: the same tensor
+        got.append(y)
+    assert len({id(y) for y in got}) == len(values)  # no two values share one
+    nan = number_on(torch.tensor(float("nan")), device)
+    assert nan.isnan().item()
+    # first met under inference_mode, kept for calls that may train
+    with torch.inference_mode():
+        y = number_on(torch.tensor(0.3125), device)
+    assert not y.is_inference()
+
+
+@pytest.mark.cuda
+def test_a_graph_with_numbers_as_cpu_tensors_does_not_wait_for_the_gpu():
+    # dynamic=True passes Python floats as 0-dim CPU tensors; moving one with .to()
+    # waits for everything queued on the stream
+    def f(x, eps, scale):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * scale
+
+    fn = torch.compile(f, backend="minductor", dynamic=True)
+    x = torch.randn(4, 64, device="cuda")
+    for eps in (1e-6, 1e-5, 1e-6):
+        torch.testing.assert_close(fn(x, eps, 0.5), f(x, eps, 0.5))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = fn(x, 1e-6, 0.5)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.testing.assert_close(out, f(x, 1e-6, 0.5))

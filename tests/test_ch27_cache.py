@@ -1,0 +1,557 @@
+"""Compiled graphs kept on disk (chapter 27): hits give eager's results bit for bit,
+every fact that decides the code is in the key, and a damaged cache recompiles."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from minductor import cache
+from minductor.capture import record_compiled
+from minductor.config import config
+from minductor.lowering import lowerings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ch27]
+
+
+@pytest.fixture
+def on(tmp_path):
+    """The graph cache on, in an empty directory."""
+    with config.patch({"graph_cache": True, "cache_dir": str(tmp_path)}):
+        yield tmp_path
+
+
+def run(fn, *args, options=None):
+    """fn compiled afresh by Dynamo: (result, the graphs compiled, the cache's counts)."""
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    with record_compiled() as graphs:
+        out = torch.compile(fn, backend="minductor", options=options)(*args)
+    return out, graphs, cache.counters - before
+
+
+def hits(counts):
+    return counts["hit"]
+
+
+def misses(counts):
+    return counts["miss"]
+
+
+def _fn(x, y):
+    return torch.sigmoid(x @ y).sum(0) + x.mean()
+
+
+def test_a_second_compile_reads_the_graph_back_and_matches_bit_for_bit(on):
+    x, y = torch.randn(7, 5), torch.randn(5, 3)
+    cold, graphs, lines = run(_fn, x, y)
+    assert misses(lines) == 1 and hits(lines) == 0, (lines, cache.why_not_kept(None))
+    warm, graphs2, lines = run(_fn, x, y)
+    assert hits(lines) == 1 and misses(lines) == 0
+    assert torch.equal(cold, warm)
+    torch.testing.assert_close(warm, _fn(x, y))
+    assert graphs2[0].kernel_names == graphs[0].kernel_names
+    assert graphs2[0].source == graphs[0].source
+    assert len(list((on / "graphs").glob("*.json"))) == 1
+
+
+def test_a_training_step_reads_back_its_forward_and_backward(on):
+    torch.manual_seed(0)
+    w = torch.randn(6, 4, requires_grad=True)
+
+    def step(x):
+        loss = F.gelu(x @ w).pow(2).mean()
+        loss.backward()
+        return loss
+
+    x = torch.randn(3, 6)
+    loss, _, lines = run(step, x)
+    grad, w.grad = w.grad.clone(), None
+    assert misses(lines) == 2
+    loss2, _, lines = run(step, x)
+    assert hits(lines) == 2
+    assert torch.equal(loss, loss2) and torch.equal(grad, w.grad)
+
+
+# each pair: the same code would be wrong for the second; its key must differ
+PAIRS = {
+    "a held constant's value": (lambda x: x * torch.tensor(2.0), lambda x: x * torch.tensor(3.0), lambda: [torch.randn(5)]),  # noqa: E501
+    "an edited graph": (lambda x: x + 1, lambda x: x + 2, lambda: [torch.randn(5)]),
+    "another op": (torch.sin, torch.cos, lambda: [torch.randn(5)]),
+}  # fmt: skip
+INPUTS = {  # the same function, inputs that need other code
+    "dtype": (torch.randn(4, 6), torch.randn(4, 6).half()),
+    "size": (torch.randn(4, 6), torch.randn(4, 7)),
+    "strides": (torch.randn(4, 6), torch.randn(6, 4).t()),
+    "offset": (torch.randn(4, 6), torch.randn(5, 6)[1:]),
+    "size-1 dim": (torch.randn(4, 6), torch.randn(1, 6)),
+    "integers": (torch.randn(4, 6), torch.randint(-5, 5, (4, 6))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAIRS))
+def test_graphs_that_need_other_code_miss(case, on):
+    first, second, make = PAIRS[case]
+    args = make()
+    run(first, *args)
+    out, _, lines = run(second, *args)
+    assert misses(lines) == 1 and hits(lines) == 0
+    torch.testing.assert_close(out, second(*args))
+
+
+@pytest.mark.parametrize("case", sorted(INPUTS))
+def test_inputs_that_need_other_code_miss(case, on):
+    def fn(x):
+        return (x * 2).sum(1) + x[:, :1].sum(1)
+
+    a, b = INPUTS[case]
+    run(fn, a)
+    out, _, lines = run(fn, b)
+    assert misses(lines) == 1 and hits(lines) == 0
+    torch.testing.assert_close(out, fn(b))
+
+
+def test_another_config_misses(on):
+    x = torch.randn(8, 8)
+    run(_fn, x, x)
+    _, _, lines = run(_fn, x, x, options={"realize_reads_threshold": 8})
+    assert misses(lines) == 1
+    _, _, lines = run(_fn, x, x)  # and the default's entry is still there
+    assert hits(lines) == 1
+
+
+def _key_of(fn, x):
+    return cache.graph_key(make_fx(fn)(x), [x], None)
+
+
+def test_the_key_names_the_versions_and_the_compiler(on, monkeypatch):
+    x = torch.randn(5)
+    before = _key_of(torch.sin, x)
+    assert _key_of(torch.sin, x) == before  # the same facts, the same key
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert _key_of(torch.sin, x) != before
+    monkeypatch.undo()
+    monkeypatch.delitem(lowerings, torch.ops.aten.cos.default)  # another compiler
+    assert _key_of(torch.sin, x) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "package_hash", lambda: "edited")
+    assert _key_of(torch.sin, x) != before
+
+
+@pytest.mark.parametrize(
+    "damage", ["", "{", "[]", "{\"key\": \"another\"}", "not json at all"]
+)
+def test_a_damaged_entry_is_compiled_again_and_written_over(damage, on):
+    x, y = torch.randn(7, 5), torch.randn(5, 3)
+    run(_fn, x, y)
+    (entry,) = (on / "graphs").glob("*.json")
+    entry.write_text(damage)
+    out, _, lines = run(_fn, x, y)
+    assert lines["damaged"] == 1 and hits(lines) == 0
+    torch.testing.assert_close(out, _fn(x, y))
+    assert json.loads(entry.read_text())["key"] == entry.stem  # written over, whole
+    _, _, lines = run(_fn, x, y)
+    assert hits(lines) == 1
+
+
+def test_a_directory_that_refuses_writes_turns_the_cache_off_with_a_warning(tmp_path):
+    (tmp_path / "graphs").write_text("")  # the entries' folder cannot be made
+    cache._refused.clear()
+    x = torch.randn(5)
+    with config.patch({"graph_cache": True, "cache_dir": str(tmp_path)}):
+        for _ in range(2):
+            out, _, lines = run(torch.sin, x)
+            torch.testing.assert_close(out, torch.sin(x))
+    assert cache._refused == {str(tmp_path / "graphs")}  # warned once, not per graph
+    assert hits(lines) == 0 and misses(lines) == 1
+
+
+@pytest.mark.parametrize("why", ["off", "symbols", "debug", "outside"])
+def test_graphs_that_cannot_be_named_are_not_kept(why, on, monkeypatch):
+    x = torch.randn(6, 5)
+    options, dynamic = {}, False
+    if why == "off":
+        options = {"graph_cache": False}
+    elif why == "symbols":
+        dynamic = True
+    elif why == "debug":
+        options = {"debug": 1}
+    else:
+        monkeypatch.setitem(lowerings, torch.ops.aten.cos.default, lambda x: x)
+        monkeypatch.setattr(lowerings[torch.ops.aten.cos.default], "__module__", "mine")
+    for _ in range(2):
+        torch._dynamo.reset()
+        out = torch.compile(torch.sin, backend="minductor", dynamic=dynamic,
+                            options=options)(x)  # fmt: skip
+        torch.testing.assert_close(out, torch.sin(x))
+    assert not (on / "graphs").exists()
+
+
+def test_explain_and_torch_logs_see_a_full_compile_with_the_cache_on(on, capfd):
+    import minductor
+
+    x = torch.randn(6, 5)
+    for _ in range(2):  # the second would hit, and explain would have nothing to read
+        torch._dynamo.reset()
+        report = minductor.explain(lambda x: torch.sin(x) + 1, x)
+        assert report.graphs and report.graphs[0].kernels, report
+    assert not (on / "graphs").exists()
+    torch._logging.set_logs(output_code=True)
+    try:
+        for _ in range(2):
+            run(torch.cos, x)
+    finally:
+        torch._logging.set_logs()
+    assert capfd.readouterr().err.count("def call(args)") == 2
+
+
+def test_writers_racing_on_one_entry_never_leave_half_a_file(on):
+    x = torch.randn(5)
+    _, graphs, _ = run(torch.sin, x)
+    gm = make_fx(torch.sin)(x)
+    key = cache.graph_key(gm, [x], None)
+    store = cache.GraphCache()
+
+    def write():
+        for _ in range(30):
+            store.save(key, gm, graphs[0], [])
+
+    writers = [threading.Thread(target=write) for _ in range(3)]
+    for t in writers:
+        t.start()
+    before = cache.counters.copy()
+    read = [store.load(key, gm) for _ in range(30)]
+    for t in writers:
+        t.join()
+    assert (cache.counters - before)["damaged"] == 0
+    assert all(r is None or r.source == graphs[0].source for r in read)
+
+
+CHILD = """
+import sys, time, torch, minductor
+start = time.perf_counter()
+w = torch.linspace(-1, 1, 48).reshape(8, 6).requires_grad_()
+def step(x):
+    loss = torch.nn.functional.gelu(x @ w).pow(2).mean()
+    loss.backward()
+    return loss
+loss = torch.compile(step, backend="minductor")(torch.linspace(0, 1, 32).reshape(4, 8))
+from minductor import cache
+print("RESULT", loss.item(), w.grad.sum().item(), cache.counters["aot hit"])
+"""
+
+
+def test_a_second_process_starts_warm_with_the_same_results(on):
+    """The cold start runs here (a new interpreter costs 5 s), the warm one in a new
+    process that has compiled nothing."""
+    torch._dynamo.reset()
+    before, printed = cache.counters.copy(), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(CHILD, {})  # noqa: S102  (the same code the second process runs)
+    cold = next(s for s in printed.getvalue().splitlines() if s.startswith("RESULT"))
+    assert (cache.counters - before)["aot hit"] == 0
+    env = dict(os.environ, MINDUCTOR_CACHE_DIR=str(on), MINDUCTOR_GRAPH_CACHE="1",
+               MINDUCTOR_DEBUG="0", PYTHONPATH=str(Path(__file__).parent.parent))  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    warm = next(s for s in done.stdout.splitlines() if s.startswith("RESULT"))
+    assert cold.split()[1:3] == warm.split()[1:3]  # loss and gradient, bit for bit
+    assert warm.split()[3] == "1"  # the second process did not trace the step
+    assert len(list((on / "graphs").glob("*.json"))) == 2  # forward, backward
+    assert len(list((on / "aot").glob("*.json"))) == 1  # and their wiring
+
+
+# --- what AOTAutograd built, kept too ------------------------------------------------
+
+
+@pytest.fixture
+def no_tracing(monkeypatch):
+    """Make AOTAutograd's trace fail, once asked: a hit must not trace."""
+    import torch._functorch.aot_autograd as aot
+
+    def refuse():
+        def traced(*args, **kwargs):
+            raise AssertionError("AOTAutograd traced on a hit")
+
+        monkeypatch.setattr(aot, "create_aot_state", traced)
+
+    return refuse
+
+
+def _twice(no_tracing, call):
+    """call() twice, Dynamo's state thrown away before each and AOTAutograd's trace
+    refused the second time: both results, and the cache's counts of the second."""
+    found = []
+    for attempt in range(2):
+        if attempt:
+            no_tracing()
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        found.append(call())
+    return found, cache.counters - before
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 5, 5),
+    )  # fmt: skip
+
+
+def _train(model, x, backend="minductor"):
+    """One step: the output, each parameter's gradient, each buffer after."""
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    f = torch.compile(model, backend=backend) if backend else model
+    out = f(x)
+    # the gradient reaching the output is transposed: not the layout the backward
+    # was compiled for
+    (out.t().contiguous() * torch.arange(5.0)[:, None]).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    return [out.detach(), *grads, *[b.clone() for b in model.buffers()]], cache.counters - before
+
+
+def test_a_warm_training_step_is_wired_without_tracing_and_matches(on, no_tracing):
+    x = torch.randn(3, 3, 5, 7)
+    cold, lines = _train(_net(), x)
+    assert lines["aot miss"] == 1 and (on / "aot").exists()
+    no_tracing()
+    warm, lines = _train(_net(), x)
+    assert lines["aot hit"] == 1 and lines["hit"] == 2
+    for a, b in zip(cold, warm):  # output, gradients, running statistics
+        assert torch.equal(a, b)
+    eager, _ = _train(_net(), x, backend=None)
+    for a, b in zip(eager, warm):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def _two_outputs(x, w):
+    y = torch.tanh(x @ w)
+    return y, (y > 0).sum(1), y.detach() * 2  # a gradient, an integer, no gradient
+
+
+def test_outputs_without_a_gradient_and_a_gradient_of_none(on, no_tracing):
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 6), torch.randn(6, 5, requires_grad=True)
+
+    def call():
+        y, count, plain = torch.compile(_two_outputs, backend="minductor")(x, w)
+        assert not count.requires_grad and not plain.requires_grad
+        y[:, ::2].sum().backward()  # the odd columns' gradient is zero
+        grad, w.grad = w.grad, None
+        return [y.detach(), count, plain, grad]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
+    for a, b in zip(*found):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(found[1][3], torch.autograd.grad(
+        torch.tanh(x @ w)[:, ::2].sum(), w)[0])  # fmt: skip
+
+
+def test_an_inference_graph_that_changes_its_input_in_place(on, no_tracing):
+    def count(x, seen):
+        seen.add_(x.sum(0))
+        return x * 2 + seen
+
+    x = torch.randn(5, 3)
+
+    def call():
+        seen = torch.zeros(3)
+        with torch.no_grad():
+            return torch.compile(count, backend="minductor")(x, seen), seen
+
+    results, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])  # the input was written on a hit too
+    torch.testing.assert_close(results[1][1], x.sum(0))
+
+
+def _view_of_input(x):
+    return x.view(-1), x + 1
+
+
+def _shared(a, b):
+    return a * 2 + b.sum()
+
+
+NOT_WIRED = {  # each runs right, twice, and is never wired from the cache
+    "an output is a view of an input": (_view_of_input, lambda: [torch.randn(3, 4)]),
+    "two inputs share memory": (_shared, lambda: (lambda t: [t[:2], t[1:]])(torch.randn(3, 4))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(NOT_WIRED))
+def test_graphs_whose_wiring_is_not_plain_are_traced_every_time(case, on):
+    fn, make = NOT_WIRED[case]
+    for _ in range(2):
+        args = make()
+        out, _, lines = run(fn, *args)
+        for got, want in zip(out, fn(*args)):
+            torch.testing.assert_close(got, want)
+    assert lines["aot hit"] == 0 and lines["aot not kept"] == 1
+    assert not (on / "aot").exists()
+
+
+def test_under_autocast_nothing_is_wired(on):
+    model, x = _net(), torch.randn(2, 3, 5, 7)
+    for _ in range(2):
+        torch._dynamo.reset()
+        before = cache.counters.copy()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = torch.compile(model, backend="minductor")(x)
+    assert (cache.counters - before)["aot not kept"] == 1
+    assert out.dtype == torch.bfloat16
+
+
+def test_the_aot_key_names_grad_mode_requires_grad_and_aotautograds_config(on):
+    gm = torch.fx.symbolic_trace(lambda x, w: (x @ w).relu())
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    before = cache.aot_key(gm, [x, w], False)
+    assert cache.aot_key(gm, [x, w], False) == before
+    assert cache.aot_key(gm, [x, w.requires_grad_()], True) != before
+    w.requires_grad_(False)
+    assert cache.aot_key(gm, [x, torch.nn.Parameter(w, requires_grad=False)],
+                         False) != before  # fmt: skip
+    with torch.no_grad():
+        assert cache.aot_key(gm, [x, w], False) != before
+    with torch._functorch.config.patch(activation_memory_budget=0.5):
+        assert cache.aot_key(gm, [x, w], False) != before
+
+
+@pytest.mark.parametrize("damage", ["", "{", '{"key": "x"}', '{"key": "KEY"}'])
+def test_a_damaged_aot_entry_is_traced_again_with_the_same_results(damage, on):
+    x = torch.randn(3, 3, 5, 7)
+    cold, _ = _train(_net(), x)
+    (entry,) = (on / "aot").glob("*.json")
+    entry.write_text(damage.replace("KEY", entry.stem))
+    warm, lines = _train(_net(), x)
+    assert lines["aot damaged"] == 1 and lines["aot hit"] == 0
+    assert lines["hit"] == 2  # its graphs still came from the graph cache
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
+    assert json.loads(entry.read_text())["key"] == entry.stem  # written again, whole
+
+
+def test_an_entry_whose_graph_is_gone_is_a_miss(on):
+    x = torch.randn(3, 3, 5, 7)
+    cold, _ = _train(_net(), x)
+    for graph in (on / "graphs").glob("*.json"):
+        graph.unlink()
+    warm, lines = _train(_net(), x)
+    assert lines["aot miss"] == 1 and lines["aot hit"] == 0 and lines["miss"] == 2
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
+
+
+def _halves(x, w):
+    a, b = (x @ w).split(2)  # outputs that are views of one product
+    return a, b
+
+
+def test_outputs_that_are_views_of_one_another_are_wired_as_aotautograd_does(on, no_tracing):
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+
+    def call():
+        a, b = torch.compile(_halves, backend="minductor")(x, w)
+        squares = b.pow(2).sum()  # keeps b for the backward
+        a.mul_(3)  # allowed: AOTAutograd hides that a and b share memory
+        (a.sum() + 2 * squares).backward()
+        grad, w.grad = w.grad, None
+        return [a.detach(), b.detach(), grad]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 1
+    for u, v in zip(*found):
+        assert torch.equal(u, v)
+    a, b = _halves(x, w)
+    (3 * a.sum() + 2 * b.pow(2).sum()).backward()
+    torch.testing.assert_close(found[1][2], w.grad)
+
+
+# --- artifacts carried to another machine --------------------------------------------
+
+
+def _step_in(directory, x):
+    """The training step of _net compiled afresh with directory as the cache."""
+    with config.patch({"graph_cache": True, "cache_dir": str(directory)}):
+        return _train(_net(), x)
+
+
+def test_artifacts_carry_a_warm_start_to_an_empty_cache(tmp_path):
+    import minductor
+
+    x = torch.randn(2, 3, 5, 7)
+    cold, _ = _step_in(tmp_path / "first", x)
+    with config.patch({"cache_dir": str(tmp_path / "first")}):
+        blob, saved = minductor.save_cache_artifacts()
+    assert saved["graphs"] == 2 and saved["aot"] == 1
+    with config.patch({"cache_dir": str(tmp_path / "second")}):
+        assert minductor.load_cache_artifacts(blob) == saved
+    warm, lines = _step_in(tmp_path / "second", x)
+    assert lines["aot hit"] == 1 and lines["miss"] == 0
+    for a, b in zip(cold, warm):
+        assert torch.equal(a, b)
+
+
+def _blob_of(tmp_path, **files):
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as blob:
+        for name, text in files.items():
+            blob.writestr(name.replace("__", "/"), text)
+    return buffer.getvalue()
+
+
+def test_damaged_foreign_or_escaping_artifacts_write_nothing(tmp_path, caplog):
+    here = json.dumps(cache._manifest())
+    elsewhere = json.dumps({**cache._manifest(), "torch": "0.0.0"})
+    entry = json.dumps({"key": "k"})
+    target = tmp_path / "cache"
+    with config.patch({"cache_dir": str(target)}):
+        assert cache.load_cache_artifacts(b"not a zip file") == {}
+        blob = _blob_of(tmp_path, **{"manifest.json": elsewhere,
+                                     "minductor__graphs__k.json": entry})  # fmt: skip
+        assert cache.load_cache_artifacts(blob) == {}
+        assert not target.exists()
+        blob = _blob_of(tmp_path, **{"manifest.json": here,
+                                     "minductor__graphs__k.json": entry,
+                                     "minductor__..__escaped.json": entry,
+                                     "minductor__a__b__c.json": entry})  # fmt: skip
+        assert cache.load_cache_artifacts(blob) == {"graphs": 1}
+    assert (target / "graphs" / "k.json").read_text() == entry
+    assert not (tmp_path / "escaped.json").exists()
+    assert sum("not loaded" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.slow  # 18 s in the interpreter: `make test-slow`
+def test_a_language_model_step_is_wired_from_the_cache_bit_for_bit(on, no_tracing):
+    """Hugging Face's GPT-2 (tiny): two graphs (a graph break), logits AOTAutograd hides
+    as a view, dropout off; every loss and gradient of the warm step is the cold one's."""
+    pytest.importorskip("transformers")
+    from minductor.harness.models import build, step
+
+    def call():
+        model, inputs = build("gpt2", training=True, tiny=True)
+        out = step(torch.compile(model, backend="minductor"), inputs, True)
+        return [out["loss"].detach()] + [p.grad for p in model.parameters()]
+
+    found, lines = _twice(no_tracing, call)
+    assert lines["aot hit"] == 2 and lines["aot miss"] == 0 and lines["miss"] == 0
+    for a, b in zip(*found):
+        assert torch.equal(a, b)
