@@ -52,7 +52,7 @@ class StarDep:
 
 @dataclass(frozen=True)
 class WeakDep:
-    """Run after node `name`, without reading its memory (see "Mutations" below)."""
+    """Run after node `name`, without reading its memory (chapter 15, "Mutations")."""
 
     name: str
 

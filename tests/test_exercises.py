@@ -10,7 +10,9 @@ notebook's run. So the children are forked from a *zygote*: one process per test
 worker (this file run with ``--serve``) that imports them once, then forks a fresh
 child for each notebook it is sent. A fork is a copy of a process that has imported
 and nothing else, which is what a new process would be, minus the 4 s. Where fork is
-not available, each notebook gets a new process (this file run as a script).
+not available, or on a machine with a CUDA GPU (a forked child cannot use CUDA once its
+parent has, and the zygote's first compile does), each notebook gets a new process
+(this file run as a script).
 """
 
 import ast
@@ -167,9 +169,15 @@ def _forked(path: Path, out: Path) -> int:
     return int(_zygote.stdout.readline() or 1)
 
 
+def _has_cuda() -> bool:
+    import torch  # asking does not start CUDA in this process
+
+    return torch.cuda.is_available()
+
+
 def run_child(path: Path, tmp_path: Path) -> dict:
     out = tmp_path / f"{path.stem}.out"
-    if hasattr(os, "fork"):
+    if hasattr(os, "fork") and not _has_cuda():
         code = _forked(path, out)
         text = out.read_text(encoding="utf-8") if out.exists() else ""
     else:
