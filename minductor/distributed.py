@@ -19,8 +19,9 @@ from minductor.lowering import (
     Unsupported,
     register_lowering,
 )
-from minductor.pipeline import PIPELINE
 from minductor.dependencies import BaseSchedulerNode
+from minductor.pipeline import PIPELINE
+from minductor.runtime import extern_kernels
 from minductor.scheduler import Scheduler
 from minductor.sizevars import contiguous_strides
 from minductor.wrapper import ExternCallLine, codegen_call_args, codegen_op, memory_plan
@@ -205,12 +206,36 @@ class CollectiveLine(ExternCallLine):
         return f"{self.sources}\n{call}" if self.sources else call
 
 
+@dataclass(frozen=True)
+class WaitLine(ExternCallLine):
+    def codegen(self) -> str:
+        n, c = self.node, self.node.collective
+        size = "x".join(str(s) for s in c.layout.size) or "0-d"
+        dtype = str(c.layout.dtype).removeprefix("torch.")
+        what = f"{c.kind()} ({size} {dtype}) on group {c.group!r}"
+        call = f"{n.name} = extern_kernels.wait_tensor({c.name}, {what!r})"
+        return f"{self.sources}\n{call}" if self.sources else call
+
+
+def wait_tensor(tensor: torch.Tensor, what: str) -> torch.Tensor:
+    """The collective's result, once it is done; a wait that fails names it."""
+    try:
+        return torch.ops._c10d_functional.wait_tensor(tensor)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"minductor: {what} did not complete on rank {dist.get_rank()}: {error}"
+        ) from error
+
+
+extern_kernels.wait_tensor = wait_tensor  # what the generated `call` reaches
+
+
 def collective_lines(wrapper) -> None:
-    """Each collective's line in its own form: it starts the collective, no more."""
+    """Each collective's line and its wait's in their own forms."""
+    kinds = {CollectiveKernel: CollectiveLine, WaitKernel: WaitLine}
     wrapper.lines = [
-        CollectiveLine(line.node, line.aten_only, line.sources)
-        if isinstance(line, ExternCallLine)
-        and isinstance(line.node, CollectiveKernel)
+        kinds[type(line.node)](line.node, line.aten_only, line.sources)
+        if isinstance(line, ExternCallLine) and type(line.node) in kinds
         else line
         for line in wrapper.lines
     ]

@@ -4,13 +4,11 @@ Most graphs come from make_fx + GraphLowering; the refusals that lowering cannot
 produce on its own (an index mismatch, two devices) use buffers built by hand.
 """
 
-import dataclasses
 
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from minductor.config import config
 from minductor.dependencies import (
     ExternKernelSchedulerNode,
     Group,
@@ -26,16 +24,6 @@ pytestmark = pytest.mark.ch14
 
 cpu = torch.device("cpu")
 x1, x0 = index_vars(2, "x")[::-1]  # x0 is the innermost merged variable
-
-
-@pytest.fixture
-def restore_config():
-    saved = dataclasses.asdict(config)
-    try:
-        yield config
-    finally:
-        for key, value in saved.items():
-            setattr(config, key, value)
 
 
 def schedule(fn, *args):

@@ -457,6 +457,37 @@ def _scenario_mismatch(rank: int, report) -> None:
         report("mismatch", math.inf, False)
 
 
+def _scenario_failing_rank(rank: int, report) -> None:
+    """Both ranks run a compiled step once; then rank 1 stops, as a rank that failed
+    would. Rank 0's next step ends at its group's timeout (3 s), with the collective
+    named, instead of hanging."""
+    import datetime
+
+    _on_the_cpu_compiled()
+    short = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
+    name = short.group_name
+
+    def step(t):
+        return c10d.wait_tensor(c10d.all_reduce(t * 2, "sum", name)) + 1
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="minductor")
+    x = torch.ones(5)
+    first = torch.equal(compiled(x), torch.full((5,), 5.0))  # 2 + 2, then + 1
+    if rank == 1:
+        report("failing rank", 0.0, first)
+        return  # and never joins the group again
+    start = time.time()
+    try:
+        compiled(x)
+    except Exception as why:  # noqa: BLE001  (the library's error, named by the wait)
+        said = str(why)
+        named = f"all_reduce (5 float32) on group {name!r}" in said and "rank 0" in said
+        report("failing rank", 0.0, first and named and time.time() - start < 30)
+    else:
+        report("failing rank", math.inf, False)
+
+
 def _block_parts(seed: int = 0):
     torch.manual_seed(seed)
     d = 8
@@ -662,6 +693,10 @@ def _failures(results, names) -> list[str]:
 # One test per group of scenarios, so that a parallel run starts the processes once.
 def test_two_gloo_processes_run_each_collective_as_eager_does():
     assert _failures(_run_two(FAST), CHECKS_FAST) == []
+
+
+def test_a_rank_that_stops_ends_the_others_wait_with_the_collective_named():
+    assert _failures(_run_two(["failing_rank"]), ["failing rank"]) == []
 
 
 @pytest.mark.slow
