@@ -226,35 +226,73 @@ def overlap(rank: int, out: dict) -> None:
     out["overlap calls"] = {"off": calls[0], "on": calls[1]}
 
 
-def worker(rank: int, world_size: int, store_path: str, result: str) -> None:
+def failing_rank(rank: int, out: dict) -> None:
+    """Both ranks run a compiled step; then rank 1 stops, as a failed rank would. Rank
+    0's next step waits until its group's timeout (5 s): the error it gets (or NCCL's
+    watchdog ending the process) is written down. Run it alone: the group is dead."""
+    import minductor  # noqa: F401
+
+    short = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=5))
+    name = short.group_name
+
+    def step(t):
+        return c10d.wait_tensor(c10d.all_reduce(t * 2, "sum", name)) + 1
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="minductor")
+    x = torch.ones(5, device="cuda")
+    out["failing_rank first step"] = compiled(x).tolist()
+    if rank == 1:
+        return
+    start = time.time()
+    try:
+        compiled(x)
+        torch.cuda.synchronize()
+        out["failing_rank"] = {"raised": None}
+    except Exception as why:  # noqa: BLE001
+        out["failing_rank"] = {"raised": str(why)[:600]}
+    out["failing_rank"]["seconds"] = round(time.time() - start, 1)
+    print(json.dumps(out["failing_rank"]), flush=True)
+
+
+PARTS = ("collectives", "block", "ddp", "overlap", "mismatch")
+
+
+def worker(rank: int, world_size: int, store_path: str, result: str,
+           parts: tuple = PARTS) -> None:  # fmt: skip
     torch.cuda.set_device(rank)
     store = dist.FileStore(store_path, world_size)
     dist.init_process_group("nccl", store=store, rank=rank, world_size=world_size,
                             device_id=torch.device("cuda", rank),
                             timeout=datetime.timedelta(seconds=300))  # fmt: skip
     out: dict = {}
-    for part in (collectives, block, ddp, overlap, mismatch):
+    for part in [globals()[name] for name in parts]:
         start = time.time()
         try:
             part(rank, out)
         except Exception as why:  # noqa: BLE001  (reported, the next part runs)
             out[part.__name__] = {"failed": repr(why)[:800]}
         out[f"{part.__name__} seconds"] = round(time.time() - start, 1)
-    dist.destroy_process_group()
     if rank == 0:
         with open(result, "w") as f:
             json.dump(out, f, indent=1)
+    if "failing_rank" in parts:
+        os._exit(0)  # a group whose collective failed cannot be torn down cleanly
+    dist.destroy_process_group()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="many-gpus.json")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help="which parts, comma-separated; failing_rank runs alone")  # fmt: skip
     args = parser.parse_args()
+    parts = tuple(args.parts.split(","))
     gpus = min(2, torch.cuda.device_count())
     assert gpus >= 1, "this probe needs a GPU (two for the real thing)"
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        torch.multiprocessing.spawn(worker, args=(gpus, store, args.json), nprocs=gpus)
+        torch.multiprocessing.spawn(worker, args=(gpus, store, args.json, parts), nprocs=gpus)
     with open(args.json) as f:
         out = json.load(f)
     out |= {"date": datetime.date.today().isoformat(),
