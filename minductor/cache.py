@@ -205,6 +205,12 @@ class GraphCache:
         used["graphs"].add(key)
         log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
                  len(compiled.kernel_names))  # fmt: skip
+        debug.trace_output_code(compiled)  # TORCH_TRACE shows a hit's code too
+        torch._logging.trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": "minductor_graph_cache_hit", "encoding": "json"},
+            payload_fn=lambda: {"key": key, "kernels": compiled.kernel_names},
+        )
         return compiled
 
 

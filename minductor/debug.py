@@ -154,9 +154,8 @@ def log_artifacts(gm, graph, scheduler, compiled: CompiledGraph) -> None:
     artifact_logs["output_code"].debug("Output code written to: %s", compiled.path)
 
 
-def trace_artifacts(gm, graph, scheduler, compiled: CompiledGraph) -> None:
-    trace = torch._logging.trace_structured
-    trace(
+def trace_output_code(compiled: CompiledGraph) -> None:
+    torch._logging.trace_structured(
         "inductor_output_code",
         lambda: {
             "filename": compiled.path,
@@ -164,11 +163,15 @@ def trace_artifacts(gm, graph, scheduler, compiled: CompiledGraph) -> None:
         },
         payload_fn=lambda: compiled.source,
     )
+
+
+def trace_artifacts(gm, graph, scheduler, compiled: CompiledGraph) -> None:
+    trace_output_code(compiled)
     for name, text in (
         ("minductor_fusion_log", "\n".join(scheduler.fusion_log)),
         ("minductor_fallbacks", fallbacks_str(graph)),
     ):
-        trace(
+        torch._logging.trace_structured(
             "artifact",
             metadata_fn=lambda name=name: {"name": name, "encoding": "string"},
             payload_fn=lambda text=text: text,

@@ -196,6 +196,39 @@ def test_graphs_that_cannot_be_named_are_not_kept(why, on, monkeypatch):
     assert not (on / "graphs").exists()
 
 
+def test_a_hit_writes_its_code_and_key_to_torch_trace(on):
+    """Under TORCH_TRACE (a handler on torch's trace log), a hit writes the code it
+    read back, as a fresh compile writes the code it made, and a record of its key."""
+    import logging
+
+    from torch._logging._internal import trace_log
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.metadata, record.payload))
+
+    handler, level = Keep(), trace_log.level
+    trace_log.addHandler(handler)
+    trace_log.setLevel(logging.DEBUG)
+    try:
+        x, y = torch.randn(7, 5), torch.randn(5, 3)
+        _, graphs, cold = run(_fn, x, y)
+        fresh = [p for m, p in records if "inductor_output_code" in m]
+        records.clear()
+        _, graphs2, warm = run(_fn, x, y)
+    finally:
+        trace_log.removeHandler(handler)
+        trace_log.setLevel(level)
+    assert misses(cold) == 1 and hits(warm) == 1
+    assert fresh == [graphs[0].source]
+    assert [p for m, p in records if "inductor_output_code" in m] == [graphs2[0].source]
+    named = [p for m, p in records if m.get("artifact", {}).get("name") ==
+             "minductor_graph_cache_hit"]  # fmt: skip
+    assert len(named) == 1 and graphs2[0].cache_key in named[0]
+
+
 def test_explain_and_torch_logs_see_a_full_compile_with_the_cache_on(on, capfd):
     import minductor
 
