@@ -66,8 +66,9 @@ def pytest_sessionstart(session):
     if os.environ.get("MINDUCTOR_GPU_COMPILE") != "1" or HAS_CUDA:
         return
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-    import minductor  # noqa: F401
     from gpu_compile import record_gpu_kernels
+
+    import minductor  # noqa: F401
 
     _gpu_recording = record_gpu_kernels()
     session.gpu_kernels = _gpu_recording.__enter__()

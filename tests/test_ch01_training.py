@@ -11,8 +11,8 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import DEVICES
+
 from minductor.capture import record_compiled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch01]

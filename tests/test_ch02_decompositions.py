@@ -312,8 +312,11 @@ def test_min_cut_saves_logits_not_the_float32_log_softmax():
     """With detach as alias, a loss over upcast bf16 logits saves the bf16 product and
     two floats per row for the backward; without, the float32 log-softmax."""
     import torch.nn.functional as F
-    from functorch.compile import aot_function, make_boxed_func
-    from functorch.compile import min_cut_rematerialization_partition
+    from functorch.compile import (
+        aot_function,
+        make_boxed_func,
+        min_cut_rematerialization_partition,
+    )
 
     from minductor.decompositions import decomposition_table
 
@@ -443,8 +446,9 @@ def test_ours_override_borrowed_ones():
 
 def test_the_kept_table_is_rebuilt_when_what_it_is_made_from_changes():
     # BORROWED, ours and MISLEADING_META each change the table at once
-    import minductor.decompositions as d
     from torch._decomp import get_decompositions
+
+    import minductor.decompositions as d
 
     op = next(o for o in decomposition_table() if o.overloadpacket in BORROWED)
     packet = op.overloadpacket

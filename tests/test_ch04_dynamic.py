@@ -7,15 +7,15 @@ specialised (numbers in the kernel, no size arguments).
 """
 
 import logging
-from types import SimpleNamespace
 import re
+from types import SimpleNamespace
 
 import pytest
 import sympy
 import torch
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICES
 from minductor.capture import record_compiled
 from minductor.codegen_triton import generate_kernel
 from minductor.lowering import GraphLowering

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from minductor.sizevars import (
     INT32_MAX,
     UNBACKED_FALLBACK,
-    NoHint,
     FloorDiv,
     ModularIndexing,
+    NoHint,
     SizeVarAllocator,
     bound_sympy,
     contiguous_strides,

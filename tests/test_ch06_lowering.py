@@ -27,8 +27,8 @@ from minductor.ir import (
 from minductor.lowering import (
     GraphLowering,
     MixedDeviceError,
-    _moved_to_device,
     _check_devices,
+    _moved_to_device,
     lowerings,
 )
 from minductor.ops import ops, set_handler

@@ -18,9 +18,9 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICES
 from minductor.capture import record_compiled
 from minductor.codegen_triton import (
     InterpreterOverrides,

@@ -2,10 +2,11 @@
 buffer), flip, roll and repeat (re-indexed reads), triu/tril, and factory functions."""
 
 import re
+
 import pytest
 import torch
-
 from helpers import DEVICES, INTERPRET, run
+
 from minductor.capture import record_compiled
 
 pytestmark = pytest.mark.ch09

@@ -6,15 +6,16 @@ at all, a view feeding a pointwise op is read in place by that op's one kernel.
 """
 
 import re
+
 import pytest
 import torch
+from helpers import DEVICES, INTERPRET, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import DEVICES, INTERPRET, run
 from minductor.capture import record_compiled
+from minductor.sizevars import contiguous_strides, flat_index
 from minductor.views import reshape_reindex, view_strides
-from minductor.sizevars import flat_index, contiguous_strides
 
 pytestmark = pytest.mark.ch09
 

@@ -10,6 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from minductor.capture import record_compiled
 from minductor.config import config
+from minductor.dependencies import RecordingHandler, is_indirect
 from minductor.lowering import GraphLowering
 from minductor.ops import (
     CountingHandler,
@@ -19,7 +20,6 @@ from minductor.ops import (
     ops,
     set_handler,
 )
-from minductor.dependencies import RecordingHandler, is_indirect
 from minductor.scheduler import Scheduler
 from minductor.sizevars import index_vars, simplify_loops
 

@@ -6,8 +6,8 @@ read of the old value (chapter 15)."""
 
 import pytest
 import torch
-
 from helpers import DEVICES, randn
+
 from minductor.capture import record_compiled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch11]

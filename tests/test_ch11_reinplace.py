@@ -12,9 +12,9 @@ import re
 
 import pytest
 import torch
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICES
 from minductor.capture import compile_fx, record_compiled
 from minductor.harness.decoding import Transformer, generate
 from minductor.indexing import reinplace_inplaceable_ops, why_not_reinplace

@@ -8,9 +8,9 @@ on the ATen graph (`why_not_reinplace_in_graph`), the lowering on the values
 
 import pytest
 import torch
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICES
 from minductor import indexing
 from minductor.capture import compile_fx, record_compiled
 from minductor.config import config

@@ -24,10 +24,10 @@ from minductor.codegen_triton import (
     TritonOverrides,
     generate_kernel,
 )
+from minductor.dependencies import SchedulerNode
 from minductor.lowering import GraphLowering
 from minductor.ops import MATH_OPS
 from minductor.runtime import interpret_mode
-from minductor.dependencies import SchedulerNode
 from minductor.scheduler import Scheduler
 
 pytestmark = pytest.mark.ch16

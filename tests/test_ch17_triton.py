@@ -22,23 +22,17 @@ from minductor.codegen_triton import (
     pointwise_config,
 )
 from minductor.config import config
+from minductor.dependencies import SchedulerNode
 from minductor.ir import ComputedBuffer, FixedLayout, InputBuffer, Pointwise, TensorBox
 from minductor.lowering import GraphLowering
 from minductor.ops import ops
 from minductor.runtime import interpret_mode
-from minductor.dependencies import SchedulerNode
 from minductor.scheduler import Scheduler
 
 pytestmark = pytest.mark.ch17
 
 cpu = torch.device("cpu")
-inf, nan = float("inf"), float("nan")
-# kernels run on CPU tensors in the interpreter, or on CUDA tensors on a GPU
-INTERPRET = interpret_mode()
-DEVICE = "cpu" if INTERPRET else "cuda"
-interpreter_only = pytest.mark.skipif(
-    not INTERPRET, reason="a helper only the interpreter uses (GPUs use libdevice)"
-)
+INTERPRET = interpret_mode()  # kernels run in the interpreter, or on a GPU
 
 
 

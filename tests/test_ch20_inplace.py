@@ -12,9 +12,9 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
+from helpers import DEVICES
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICES
 from minductor import memory
 from minductor.capture import record_compiled
 from minductor.codegen_triton import inplace_candidates, own_addresses, same_memory

@@ -10,6 +10,15 @@ from types import SimpleNamespace
 import pytest
 import sympy
 import torch
+from test_ch19_wrapper import (
+    NAME,
+    _two_outputs_and_a_fallback,
+    call_body,
+    check_against_eager,
+    check_memory_lines,
+    defines,
+    randn,
+)
 
 from minductor.capture import record_compiled
 from minductor.ir import Buffer, FallbackKernel, FixedLayout, ReinterpretBuffer
@@ -21,15 +30,6 @@ from minductor.wrapper import (
     FreeLine,
     ReinterpretLine,
     ReuseLine,
-)
-from test_ch19_wrapper import (
-    NAME,
-    _two_outputs_and_a_fallback,
-    call_body,
-    check_against_eager,
-    check_memory_lines,
-    defines,
-    randn,
 )
 
 pytestmark = pytest.mark.ch20

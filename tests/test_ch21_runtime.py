@@ -16,14 +16,15 @@ from minductor.runtime import (
     SizedSite,
     benchmark,
     empty_strided,
+    int_class,
     interpret_mode,
     launch,
     load_module,
     module_path,
+    number_on,
     rand_strided,
     restride,
 )
-from minductor.runtime import int_class, number_on
 
 pytestmark = pytest.mark.ch21
 
@@ -597,9 +598,9 @@ def _compiles_by_thread(monkeypatch, threads: int, scale: float):
     """Which threads Triton's compiler ran on, for a graph of fresh kernels."""
     import threading
 
-    from minductor.capture import record_compiled
-
     import triton.compiler
+
+    from minductor.capture import record_compiled
 
     # a kernel binds Triton's compile function when it first runs on a device
     main, seen, real = threading.main_thread(), [], triton.compiler.compile

@@ -112,8 +112,9 @@ def serve() -> None:
     """The zygote: import once, then fork a child per path read from stdin. The
     child's output goes to the file named after the path; the zygote answers with
     the child's exit status."""
-    import minductor  # noqa: F401  (torch, Triton, every chapter: the 4 s)
     from conftest import skip_guard_timing  # this file's folder is on sys.path
+
+    import minductor  # noqa: F401  (torch, Triton, every chapter: the 4 s)
 
     skip_guard_timing()
 
