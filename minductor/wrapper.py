@@ -191,9 +191,12 @@ class ExternCallLine:
     aten_only: bool = False  # no generated code reads the result
     sources: str = ""
 
-    def codegen(self) -> str:
+    def call(self) -> str:
         n = self.node
-        call = f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
+        return f"{n.name} = {codegen_op(n.op)}({', '.join(codegen_call_args(n))})"
+
+    def codegen(self) -> str:
+        n, call = self.node, self.call()
         if self.sources:
             call = f"{self.sources}\n{call}"
         if not isinstance(n.layout, FixedLayout):

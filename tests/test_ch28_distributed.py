@@ -258,6 +258,14 @@ def test_the_wait_keeps_the_inputs_alive_and_unshared(world):
         f"buf0, 1, '{world}')"
     )
     assert "restride(buf1" not in call
+    # the wait's line names its collective, and gives the result its strides
+    lines = [s.strip() for s in call.splitlines()]
+    at = next(k for k, s in enumerate(lines) if s.startswith("buf2 = "))
+    assert lines[at] == (
+        f"buf2 = extern_kernels.wait_tensor(buf1, \"all_gather_into_tensor (6x8 float32) "
+        f"on group '{world}'\")"
+    )
+    assert lines[at + 1].startswith("buf2 = restride(buf2, "), lines[at : at + 2]
 
 
 def test_a_read_of_a_result_in_flight_is_refused(world):
