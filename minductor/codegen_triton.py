@@ -116,6 +116,9 @@ class TritonKernel:
         self.bounds: dict[str, str] = {}
         self.checked: set[str] = set()
         self.asserts = False
+        # buffers read through tensor descriptors (chapter 26's persistent template):
+        # their memory must start on 16 bytes, and the launch needs Triton's scratch
+        self.copy_engine: tuple[str, ...] = ()
         # sizes the kernel takes as arguments (dynamic shapes), every index it prints
         # (to choose the index dtype), and the size each indirect index lies under
         self.size_symbols: set[sympy.Symbol] = set()
@@ -344,6 +347,7 @@ class GeneratedKernel:
     per_call_blocks: PerCallBlocks | None = None  # None: the blocks of meta, always
     inplace: tuple[tuple[str, str], ...] = ()  # (input, output written over it)
     tile: tuple[int, int] | None = None  # (YBLOCK, XBLOCK) of a two-dimensional tile
+    copy_engine: tuple[str, ...] = ()  # buffers read by the copy engine (chapter 26)
 
 
 @dataclass(frozen=True)
@@ -425,6 +429,7 @@ def generate_kernel(
         per_call_blocks=per_call,
         inplace=tuple(kernel.args.over.items()),
         tile=None if tile is None else (tile.yblock, tile.xblock),
+        copy_engine=kernel.copy_engine,
     )
 
 

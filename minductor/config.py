@@ -74,6 +74,10 @@ class Config:
     # which kernels a matmul may run under max_autotune: "ATEN" (cuBLAS), "TRITON" (the
     # template), or both, "ATEN,TRITON" (Inductor's default): the faster, measured
     max_autotune_gemm_backends: str = "ATEN,TRITON"
+    # the matmul template in persistent form, reading its operands with Hopper's copy
+    # engine: "timed" among the candidates on a Hopper GPU; "always" wherever a product
+    # can take it (in the interpreter too: to read or test it); "never"
+    persistent_tma_matmul: str = "timed"
     # under max_autotune, a matmul whose K is this many times its M and N may be split
     # along K into a batch of products, then summed
     decompose_k_threshold: int = 32

@@ -232,7 +232,9 @@ class CallSite:
     """The launcher of one launch line whose sizes are numbers: kernel, sizes and
     blocks bound when the module loads; `call` passes only the buffers."""
 
-    def __init__(self, kernel, sizes, *, XBLOCK, num_warps, RBLOCK=None, check=()):
+    def __init__(
+        self, kernel, sizes, *, XBLOCK, num_warps, RBLOCK=None, check=(), scratch=False
+    ):
         blocks = {"XBLOCK": XBLOCK}
         if RBLOCK is not None:
             blocks["RBLOCK"] = RBLOCK
@@ -243,8 +245,11 @@ class CallSite:
         self.check = check  # positions of the buffers that may be unaligned
         self.tail = (*sizes, *blocks.values())  # what follows the buffers
         self.grid3 = grid + (1,) * (3 - len(grid))
+        self.scratch = scratch  # the kernel makes tensor descriptors (chapter 26)
 
     def __call__(self, *buffers) -> None:
+        if self.scratch:
+            with_scratch()
         launcher = self.launcher
         b = launcher.binary
         if (
@@ -486,6 +491,32 @@ def restride(
         return t
     log.debug("fallback returned strides %s, copied into %s", t.stride(), stride)
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """t if its memory starts on 16 bytes, else a copy of it that does, with the same
+    strides (the same bytes, copied whole: strides of 0 and overlaps are kept)."""
+    if t.data_ptr() % 16 == 0 or t.numel() == 0:
+        return t
+    span = 1 + sum((n - 1) * st for n, st in zip(t.size(), t.stride()))
+    fresh = torch.empty(span, dtype=t.dtype, device=t.device)
+    fresh.copy_(torch.as_strided(t, (span,), (1,)))
+    log.debug("an input at an address not 16-byte aligned: copied")
+    return fresh.as_strided(t.size(), t.stride())
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")  # the current GPU's
+
+
+def with_scratch() -> None:
+    """Give Triton, in this thread, memory for kernels that need scratch at launch (a
+    tensor descriptor made on the GPU), unless it has some."""
+    import triton
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(_scratch)
 
 
 def rand_strided(size, stride, device="cpu", dtype=torch.float32) -> torch.Tensor:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
+import triton.language as tl
 
 from minductor.config import config, log
 from minductor.ir import Buffer, FixedLayout, TensorBox, as_exprs
@@ -37,19 +39,22 @@ CANDIDATES = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
 SHARED_MEMORY = 200 * 1024  # bytes of an SM's 228 KB the pipelined tiles may take
 
 
+def fits(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether cfg's blocks suit the product, and its pipelined tiles the memory."""
+    bm, bn, bk = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K
+    if bm > _block(m, 256) or bn > _block(n, 256) or bk > _block(k, 256):
+        return False
+    return cfg.num_stages * (bm * bk + bk * bn) * dtype.itemsize <= SHARED_MEMORY
+
+
 def candidate_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> list[TileConfig]:
     """The rule's tiles, then each candidate that fits the product and the memory."""
     found = [tile_config(m, n, k, dtype)]
-    size = dtype.itemsize
     for bm, bn, bk, warps, stages in CANDIDATES:
         if dtype == torch.float32:
             bk = min(bk, 32)
-        if bm > _block(m, 256) or bn > _block(n, 256) or bk > _block(k, 256):
-            continue
-        if stages * (bm * bk + bk * bn) * size > SHARED_MEMORY:
-            continue
         cfg = TileConfig(bm, bn, bk, warps, stages)
-        if cfg not in found:
+        if fits(cfg, m, n, k, dtype) and cfg not in found:
             found.append(cfg)
     return found
 
@@ -73,9 +78,16 @@ def choose_tiles(
     candidates = candidate_tiles(m, n, k, dtype)
     plain = len(a.get_size()) == 2 and not any(computed)  # a split reads memory
     splits = k_splits(m, n, k) if plain else []
+    persistent = persistent_tiles(a, b) if plain else []  # (below)
+    if persistent and config.persistent_tma_matmul == "always":
+        candidates = persistent
+    else:
+        candidates += [p for p in persistent if p not in candidates]
     if device.type != "cuda" or interpret_mode():  # nothing to time: the rules
         if splits and not allow_cublas:
             return split_k(m, n, k, dtype, splits[0])
+        if persistent and candidates == persistent and not allow_cublas:
+            return persistent[0]  # the rule's tiles, persistent
         return NotImplemented  # chapter 25's rule
     from minductor.runtime import AutotuneFailed, autotune
 
@@ -85,7 +97,7 @@ def choose_tiles(
     shape = f"{bsz}x{m}x{n}x{k} ({dtype})"
     plans = candidates + [split_k(m, n, k, dtype, s) for s in splits]
     time_one = _timer(a, b, x, y, shape, plans, epilogue and allow_cublas, computed)
-    choices = [dataclasses.asdict(c) for c in candidates]
+    choices = [_choice(c) for c in candidates]
     choices += [{"split_k": s} for s in splits]
     choices += [{"cublas": 1}] if allow_cublas else []
     text = matmul_lines(bsz, m, n, k, x, y, candidates[0], _precision(dtype), False)
@@ -131,7 +143,7 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epil
     from concurrent.futures import ThreadPoolExecutor
 
     from minductor.runtime import KERNEL_HEADER, launch, launcher_for
-    from minductor.runtime import load_module, rand_strided
+    from minductor.runtime import load_module, rand_strided, with_scratch
 
     bsz, m, n, k = _size(a.layout, b.layout)
     dtype, device = a.get_dtype(), a.get_device()
@@ -154,11 +166,11 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epil
                         for v, p in zip(views, ("in_ptr0", "in_ptr1"))]  # fmt: skip
             into = parts
         precision = _precision(dtype)
-        lines = matmul_lines(batch, m, n, depth, *operands, cfg, precision, False)
-        lines += ["tl.store(out_ptr0 + xindex, acc, xmask)"]
+        lines = cfg.lines(batch, m, n, depth, *operands, precision, False)
+        lines += [cfg.indent + "tl.store(out_ptr0 + xindex, acc, xmask)"]
         body = "\n".join("    " + line for line in lines)
         module = load_module(KERNEL_HEADER + _PLAIN + body + "\n")
-        tiles = batch * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
+        tiles = cfg.programs(batch * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N))
         kernels[plan] = (module.kernel, tiles)
         try:
             with torch.cuda.device(device):  # a new thread starts on GPU 0
@@ -190,6 +202,9 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epil
         cfg = plan.tiles if isinstance(plan, SplitK) else plan
         into = parts if isinstance(plan, SplitK) else out
 
+        if cfg.copy_engine:
+            with_scratch()
+
         def run():
             launch(kernel, tiles, *xs, into, XBLOCK=1, num_warps=cfg.num_warps)
             if isinstance(plan, SplitK):  # the slices' sum, then the product's dtype
@@ -203,6 +218,121 @@ def _timer(a: Buffer, b: Buffer, x: Operand, y: Operand, shape, candidates, epil
         return ms
 
     return time_one
+
+
+@dataclass(frozen=True)
+class PersistentTiles(TileConfig):
+    """The template as at most `sms` programs, each walking the tiles `sms` apart,
+    reading A and B through tensor descriptors (the copy engine)."""
+
+    sms: int = 132
+    indent: ClassVar[str] = "    "  # the epilogue runs in the loop over tiles
+    copy_engine: ClassVar[bool] = True
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}, persistent on {self.sms} programs"
+
+    def programs(self, tiles: int) -> int:
+        return min(tiles, self.sms)
+
+    def lines(self, b, m, n, k, x, y, precision, int64, upcast=False) -> list[str]:
+        return persistent_lines(m, n, k, x, y, self, precision, int64)
+
+
+def read_by_rows(rows: int, cols: int, row_stride: int, col_stride: int) -> bool | None:
+    """Whether a descriptor reads a (rows, cols) matrix by rows (True), by columns
+    (False: the transpose, by rows), or cannot (None: neither stride is 1). A stride
+    along a dimension of size 1 addresses nothing."""
+    if (col_stride == 1 and cols > 1) or rows == cols == 1:
+        return True
+    if row_stride == 1 and rows > 1:
+        return False
+    return None
+
+
+def descriptor(x: Operand, rows: int, cols: int, block: tuple[int, int]):
+    """A descriptor over the (rows, cols) matrix that x reads, and whether by rows."""
+    (_, rs, cs), by_rows = x.stride, read_by_rows(rows, cols, *x.stride[1:])
+    if not by_rows:
+        rows, cols, rs, cs, block = cols, rows, cs, rs, block[::-1]
+    outer = rs if rows > 1 else -(-cols // 16) * 16  # 16 elements: 16-byte multiples
+    made = (f"tl.make_tensor_descriptor({x.ptr} + {x.offset}, shape=[{rows}, {cols}], "
+            f"strides=[{outer}, 1], block_shape=[{block[0]}, {block[1]}])")  # fmt: skip
+    return made, by_rows
+
+
+def persistent_lines(m, n, k, x, y, cfg, precision, int64) -> list[str]:
+    """C = x @ y, a plain product: the program's tiles, each in `acc` in turn."""
+    bm, bn, bk, group = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    make_a, a_rows = descriptor(x, m, k, (bm, bk))
+    make_b, b_rows = descriptor(y, k, n, (bk, bn))
+    load_a = "a_desc.load([pid_m * {}, k])" if a_rows else "a_desc.load([k, pid_m * {}]).T"
+    load_b = "b_desc.load([k, pid_n * {}])" if b_rows else "b_desc.load([pid_n * {}, k]).T"
+    wide = ".to(tl.int64)" if int64 else ""
+    programs = cfg.programs(tiles_m * tiles_n)
+    return [
+        f"a_desc = {make_a}",
+        f"b_desc = {make_b}",
+        f"for tile in tl.range(tl.program_id(0), {tiles_m * tiles_n}, {programs}):",
+        f"    # grouped order: {group} rows of tiles walk their columns together",
+        f"    first_m = (tile // {group * tiles_n}) * {group}",
+        f"    rows = tl.minimum({tiles_m} - first_m, {group})",
+        "    pid_m = first_m + tile % rows",
+        f"    pid_n = (tile % {group * tiles_n}) // rows",
+        f"    rm = pid_m{wide} * {bm} + tl.arange(0, {bm})",
+        f"    rn = pid_n{wide} * {bn} + tl.arange(0, {bn})",
+        f"    acc = tl.zeros([{bm}, {bn}], tl.float32)",
+        f"    for k in tl.range(0, {k}, {bk}, num_stages={cfg.num_stages}):",
+        f"        a = {load_a.format(bm)}",
+        f"        b = {load_b.format(bn)}",
+        f'        acc += tl.dot(a, b, input_precision="{precision}")',
+        f"    xindex = rm[:, None] * {n} + rn[None, :]",
+        f"    xmask = (rm[:, None] < {m}) & (rn[None, :] < {n})",
+    ]
+
+
+PERSISTENT = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
+    (128, 128, 64, 4, 4), (256, 128, 64, 8, 3),
+]  # fmt: skip
+
+
+def readable(view: FixedLayout) -> bool:
+    """Whether a tensor descriptor can read this 2-d view of memory whose start is
+    16-byte aligned."""
+    (rows, cols), (rs, cs) = (int(s) for s in view.size), (int(s) for s in view.stride)
+    size, by_rows = view.dtype.itemsize, read_by_rows(rows, cols, rs, cs)
+    if by_rows is None or rows * cols >= 2**31 or (int(view.offset) * size) % 16:
+        return False
+    inner, outers, outer = (cols, rows, rs) if by_rows else (rows, cols, cs)
+    return inner * size >= 16 and (outers == 1 or (outer * size) % 16 == 0)
+
+
+def persistent_tiles(a: Buffer, b: Buffer) -> list[PersistentTiles]:
+    """The persistent forms worth trying for a @ b, the rule's tiles first; [] if it
+    cannot take the form."""
+    mode, dtype, device = config.persistent_tma_matmul, a.get_dtype(), a.get_device()
+    views = [in_memory(t)[1] for t in (a, b)]
+    if mode == "never" or not hasattr(tl, "make_tensor_descriptor"):
+        return []
+    if mode == "timed" and dtype == torch.float32:  # CUDA cores: nothing to gain
+        return []
+    if interpret_mode():
+        sms = 3  # a few programs, each walking several tiles
+        if dtype == torch.bfloat16:
+            return []
+    elif device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        return []
+    else:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if len(views[0].size) != 2 or not all(readable(v) for v in views):
+        return []
+    _, m, n, k = _size(*views)
+    tiles = [TileConfig(*c) for c in PERSISTENT]
+    tiles = [tile_config(m, n, k, dtype), *(t for t in tiles if fits(t, m, n, k, dtype))]
+    forms = [PersistentTiles(**dataclasses.asdict(t), sms=sms) for t in tiles]
+    return list(dict.fromkeys(forms))  # the rule's may be among the others
 
 
 @dataclass(frozen=True)
@@ -238,12 +368,20 @@ def split_k(m: int, n: int, k: int, dtype: torch.dtype, splits: int) -> SplitK:
     return SplitK(splits, tile_config(m, n, k // splits, dtype))
 
 
+def _choice(cfg: TileConfig) -> dict:
+    """Tiles as autotuning writes them down."""
+    found = dataclasses.asdict(cfg)
+    return {"persistent": found} if isinstance(cfg, PersistentTiles) else found
+
+
 def _plan(choice: dict, m: int, n: int, k: int, dtype) -> TileConfig | SplitK | None:
     """A choice as autotuning writes it down, back as what it names."""
     if "cublas" in choice:
         return None
     if "split_k" in choice:
         return split_k(m, n, k, dtype, choice["split_k"])
+    if "persistent" in choice:
+        return PersistentTiles(**choice["persistent"])
     return TileConfig(**choice)
 
 

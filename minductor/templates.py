@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import sympy
 import torch
@@ -57,9 +57,24 @@ class TileConfig:
     num_stages: int = 3
     GROUP_M: int = 8
 
+    # what follows the tile's lines (the epilogue) is indented by this much; and
+    # whether the kernel reads its operands with the copy engine (chapter 26)
+    indent: ClassVar[str] = ""
+    copy_engine: ClassVar[bool] = False
+
     def __str__(self) -> str:
         m, n, k = self.BLOCK_M, self.BLOCK_N, self.BLOCK_K
         return f"{m}x{n}x{k}, {self.num_warps} warps, {self.num_stages} stages"
+
+    def programs(self, tiles: int) -> int:
+        """How many programs the kernel launches for a product of `tiles` tiles."""
+        return tiles  # one per tile
+
+    def lines(self, *product) -> list[str]:
+        """The kernel's lines up to the tile in `acc`, `xindex` and `xmask`; the
+        arguments are matmul_lines' after its tiles."""
+        b, m, n, k, x, y, *rest = product
+        return matmul_lines(b, m, n, k, x, y, self, *rest)
 
 
 def _block(size: int, largest: int) -> int:
@@ -147,12 +162,13 @@ class MatmulTemplate(ComputedBuffer):
 
 def in_memory(buf: Buffer) -> tuple[Buffer, FixedLayout]:
     """The buffer whose memory buf is, and buf's layout in it: a strided view that the
-    wrapper makes (a ReinterpretBuffer) is read straight from what it views."""
-    layout, offset = buf.layout, buf.layout.offset
+    wrapper makes (a ReinterpretBuffer) is read straight from what it views. The
+    offset counts from where the kernel's pointer points: a buffer's first element
+    (an input's storage offset is in its pointer already), plus each view's own."""
+    layout, offset = buf.layout, 0
     while isinstance(buf, ReinterpretBuffer):
+        offset += buf.layout.offset  # from its base's first element
         buf = buf.base
-        if isinstance(buf, ReinterpretBuffer):  # a view of a view: its offset too
-            offset += buf.layout.offset
     return buf, dataclasses.replace(layout, offset=offset)
 
 
@@ -212,7 +228,7 @@ def template_blocks(kernel: TritonKernel, node, numel, rnumel, interpret: bool):
     b, m, n, _ = _size(kernel.template.a_view, kernel.template.b_view)
     cfg = kernel.template.tiles
     tiles = b * -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N)
-    kernel.numel = sympy.Integer(tiles)  # the launch: one program per tile
+    kernel.numel = sympy.Integer(cfg.programs(tiles))  # the launch: XBLOCK is 1
     return {"XBLOCK": 1, "num_warps": cfg.num_warps}, None
 
 
@@ -231,13 +247,29 @@ def template_lines(kernel: TritonKernel, int64: bool, meta: dict) -> list[str]:
     int64 = int64 or largest >= 2**31 or x.offset + y.offset >= 2**30
     dtype = node.a.get_dtype()  # the operands' (a split of K stores float32)
     upcast = dtype == torch.bfloat16 and kernel.overrides is InterpreterOverrides
-    precision = _precision(dtype)
-    lines = matmul_lines(b, m, n, k, x, y, node.tiles, precision, int64, upcast)
+    precision, cfg = _precision(dtype), node.tiles
+    lines = cfg.lines(b, m, n, k, x, y, precision, int64, upcast)
     as_dtype = "tl.float32" if upcast else TRITON_DTYPES[dtype]
     for side, computed in zip("ab", kernel.template_prologues):
         if computed:
             lines = computed_operand(lines, side, *computed, as_dtype)
-    return [*lines, *kernel.variable_definitions(), *kernel.lines]
+    if cfg.copy_engine:
+        kernel.copy_engine = (node.a.name, node.b.name)
+    epilogue = [*tile_variables(kernel, b, m, n), *kernel.lines]
+    return [*lines, *(cfg.indent + part for x in epilogue for part in x.split("\n"))]
+
+
+def tile_variables(kernel: TritonKernel, b: int, m: int, n: int) -> list[str]:
+    """The epilogue's index variables. Where its loops are the product's own rows and
+    columns, each is the tile's `rm` or `rn` itself: no division and remainder of
+    `xindex` for every element of the tile. Otherwise from `xindex`."""
+    sizes, names = [int(s) for s in kernel.sizes], kernel.variables
+    if sizes == [m, n]:
+        return [f"{names[0]} = rm[:, None]", f"{names[1]} = rn[None, :]"]
+    if sizes == [b, m, n] and b > 1:  # the batch: one per program, as a [1, 1] tile
+        return [f"{names[0]} = tl.full([1, 1], 0, tl.int32) + batch",
+                f"{names[1]} = rm[:, None]", f"{names[2]} = rn[None, :]"]  # fmt: skip
+    return kernel.variable_definitions()
 
 
 KERNEL_KINDS.register(

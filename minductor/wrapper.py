@@ -81,8 +81,8 @@ class KernelCallLine:
     def launch_line(self) -> str:
         k = self.kernel
         if self.site and self.static_sizes():  # sizes and blocks bound in the site
-            return f"{self.site}({', '.join(k.call_args)})"
-        args = ", ".join(k.call_args + k.size_args)
+            return f"{self.site}({', '.join(self.buffer_args())})"
+        args = ", ".join((*self.buffer_args(), *k.size_args))
         numel, rnumel = pexpr(k.numel), pexpr(k.rnumel)
         if self.site:  # the sizes first, then what the kernel's signature takes
             sizes = f"{numel}, {rnumel}" if "RBLOCK" in dict(k.meta) else numel
@@ -96,6 +96,16 @@ class KernelCallLine:
         if "RBLOCK" in dict(k.meta):  # a reduction: its size goes too
             meta = f"rnumel={rnumel}, {meta}"
         return f"launch({self.kernel_name}, {numel}, {args}, {meta})"
+
+    def buffer_args(self) -> list[str]:
+        """The buffers passed, in order: one the kernel reads with the copy engine
+        and whose alignment is not known (an input's) through `aligned` (chapter 21)."""
+        k = self.kernel
+        unknown = set(self.check) if self.site else set(range(len(k.call_args)))
+        return [
+            f"aligned({name})" if name in k.copy_engine and i in unknown else name
+            for i, name in enumerate(k.call_args)
+        ]
 
 
     def uses(self) -> tuple[str, ...]:
@@ -123,9 +133,10 @@ class KernelCallLine:
                 f"{self.site} = SizedSite({self.kernel_name}, {len(k.call_args)}, "
                 f"per_call={k.per_call_blocks!r}, check={self.check}, {meta})"
             )
+        scratch = ", scratch=True" if k.copy_engine else ""  # chapter 26's template
         return (
             f"{self.site} = CallSite({self.kernel_name}, {self.static_sizes()}, "
-            f"{meta}, check={self.check})"
+            f"{meta}, check={self.check}{scratch})"
         )
 
 
@@ -513,7 +524,7 @@ class WrapperCodeGen:
             "    benchmark, empty_strided, empty_strided_cpu, empty_strided_cuda,",
             "    CallSite, extern_kernels, launch, persistent_blocks,",
             "    number_on, pointwise_blocks, rand_strided, SizedSite,",
-            "    reinterpret_tensor, restride,",
+            "    aligned, reinterpret_tensor, restride,",
             ")",
             "",
             "aten = torch.ops.aten",

@@ -70,6 +70,19 @@ def test_operands_are_read_through_their_strides(case, device):
     assert not any(k.startswith("triton_poi_fused_clone") for k in kernels)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_inputs_that_start_inside_their_storage_are_read_from_their_start(device):
+    """An input's storage offset is in its pointer already: counted once, not twice,
+    also under a view taken inside the graph (which adds its own offset)."""
+    big = randn(70, 40, device=device)
+    a, b = big[3:36, 5:22], big[1:18, 1:25]  # offsets 125 and 41, as inputs
+    kernels, _ = compile_and_compare(lambda a, b: a @ b, a, b)
+    assert kernels[0].startswith("triton_tem")
+    compile_and_compare(lambda a, b: a[:, 1:] @ b[1:, :].relu(), a, b)
+    a, b = big[2:35, 3:20], big[5:38, 1:9]  # (33, 17) and (33, 8)
+    compile_and_compare(lambda a, b: a.t()[2:] @ b[:, 2:], a, b)
+
+
 EPILOGUES = {
     "linear, bias, gelu": (
         lambda x, w, b: F.gelu(F.linear(x, w, b)),

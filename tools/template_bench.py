@@ -1,9 +1,10 @@
 """Matmul templates against cuBLAS, on a GPU: the product alone and with epilogues.
 
-Each workload is compiled three times with minductor (`max_autotune_gemm_backends`
-"TRITON": the template and its epilogue in one kernel; "ATEN": cuBLAS and a separate
-kernel; "ATEN,TRITON", the default: whichever its timing chose for each product) and
-run once in eager. After every variant is compiled, they are timed in turns (Triton's
+Each workload is compiled four times with minductor (`max_autotune_gemm_backends`
+"TRITON": the template and its epilogue in one kernel, its persistent form among the
+candidates on a Hopper GPU, and once more without that form ("plain template"); "ATEN":
+cuBLAS and a separate kernel; "ATEN,TRITON", the default: whichever its timing chose
+for each product) and run once in eager. After every variant is compiled, they are timed in turns (Triton's
 `do_bench`, median of its repetitions), the order reversed each round; the table gives
 the median over rounds, and the spread (min-max) in brackets. Run from the repository
 root:
@@ -39,6 +40,11 @@ import minductor  # noqa: F401
 BACKENDS = {
     "eager": None,
     "cuBLAS": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN"},
+    "plain template": {
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "TRITON",
+        "persistent_tma_matmul": "never",
+    },
     "template": {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"},
     "chosen": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"},
 }
@@ -147,6 +153,7 @@ def main() -> None:
     parser.add_argument("--log", help="write the autotuning log of the chosen path here")
     suites = ["epilogues", "split-k", "prologues"]
     parser.add_argument("--suite", choices=suites, default="epilogues")
+    parser.add_argument("--only", help="the workloads whose names contain this")
     args = parser.parse_args()
     split = args.suite == "split-k"
     backends = {"split-k": SPLIT_K_BACKENDS, "prologues": PROLOGUE_BACKENDS}.get(
@@ -163,6 +170,8 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     rows = []
     for name, fn, inputs in suite():
+        if args.only and args.only not in name:
+            continue
         torch._dynamo.reset()
         runs, errors = {}, {}
         expected = fn(*inputs).float()
@@ -190,6 +199,8 @@ def main() -> None:
         }
         if split:
             row["template vs tiles only"] = med["tiles only"] / med["template"]
+        if "plain template" in med:
+            row["plain template vs cuBLAS"] = med["cuBLAS"] / med["plain template"]
         if "inductor" in med:
             row["chosen vs inductor"] = med["inductor"] / med["chosen"]
         rows.append(row)
