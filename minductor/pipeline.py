@@ -134,7 +134,7 @@ PIPELINE = Pipeline(
         Hook("matmul_choices", "25", "which kernel computes a matmul, with which tiles"),
         Stage("Scheduler", "14, 15", "dependencies, then fusion into kernels"),
         Hook("fusion_rules", "15", "refuse a fusion, with a reason"),
-        Hook("schedule_passes", "15", "reorder the kernels once they are fused"),
+        Hook("schedule_passes", "15", "revise or reorder the kernels once fused"),
         Stage("Triton", "16–18, 25", "the source of each kernel"),
         Hook("kernel_kinds", "17", "block sizes and the lines around a body"),
         Stage("wrapper", "19", "`call(args)`: lines that allocate, launch, call ATen"),

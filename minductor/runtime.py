@@ -638,6 +638,7 @@ def autotune(
         raise AutotuneFailed(f"every configuration failed, the last with: {failure}")
     ms, best = min(timings, key=lambda t: t[0])
     result = {"config": best, "ms": ms, "rule_ms": timings[0][0], "tried": len(timings)}
+    result["ranked"] = [cfg for _, cfg in sorted(timings, key=lambda t: t[0])]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_whole(path, json.dumps(result))
     return {**result, "cached": False}

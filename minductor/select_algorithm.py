@@ -10,8 +10,14 @@ import torch
 import triton.language as tl
 
 from minductor.config import config, log
-from minductor.ir import Buffer, FixedLayout, TensorBox, as_exprs
+from minductor.dependencies import (
+    BaseSchedulerNode,
+    ExternKernelSchedulerNode,
+    FusedSchedulerNode,
+)
+from minductor.ir import Buffer, ExternKernelOut, FixedLayout, TensorBox, as_exprs
 from minductor.lowering import lowerings
+from minductor.pipeline import PIPELINE
 from minductor.runtime import interpret_mode
 from minductor.templates import (
     Operand,
@@ -117,7 +123,9 @@ def choose_tiles(
     chosen = _plan(won["config"], m, n, k, dtype)
     log.info("minductor: matmul %s: %s won, %.1f us (%s)", shape,
              chosen or "cuBLAS", won["ms"] * 1e3, how)  # fmt: skip
-    return chosen
+    again = epilogue and not any(computed)  # once the epilogue is fused (below)
+    look = second_look(won, m, n, k, dtype, allow_cublas) if again else None
+    return look or chosen
 
 
 def _gpu_time(fn) -> float:
@@ -333,6 +341,119 @@ def persistent_tiles(a: Buffer, b: Buffer) -> list[PersistentTiles]:
     tiles = [tile_config(m, n, k, dtype), *(t for t in tiles if fits(t, m, n, k, dtype))]
     forms = [PersistentTiles(**dataclasses.asdict(t), sms=sms) for t in tiles]
     return list(dict.fromkeys(forms))  # the rule's may be among the others
+
+
+@dataclass(frozen=True)
+class SecondLook:
+    """The template's fastest tiles (the first is lowered), to time again with the
+    epilogue the scheduler fuses into it, against cuBLAS if allowed."""
+
+    tiles: tuple[TileConfig, ...]
+    cublas: bool
+
+    def lower(self, graph, a: Buffer, b: Buffer) -> TensorBox:
+        return matmul_template(graph, a, b, self.tiles[0], second_look=self)
+
+
+def second_look(won: dict, m, n, k, dtype, allow_cublas: bool) -> SecondLook | None:
+    """The plan for a product with an epilogue whose timing chose a template."""
+    if not isinstance(_plan(won["config"], m, n, k, dtype), TileConfig):
+        return None  # cuBLAS won, or a split of K
+    ranked = [_plan(c, m, n, k, dtype) for c in won.get("ranked", [won["config"]])]
+    tiles = tuple(p for p in ranked if isinstance(p, TileConfig))[:3]
+    return SecondLook(tiles, allow_cublas)
+
+
+def look_again(scheduler) -> list[BaseSchedulerNode]:
+    """Each fused template with a second look coming, timed again whole (above)."""
+    found, changed = [], False
+    for node in scheduler.nodes:
+        members = () if node.is_extern() else node.snodes
+        looks = [m for m in members if getattr(m.node, "second_look", None)]
+        if not looks or len(members) == 1:  # no epilogue fused: the timing holds
+            found.append(node)
+            continue
+        try:
+            found += _timed_again(scheduler, node, looks[0])
+            changed = True
+        except Exception as error:  # noqa: BLE001  (nothing to time it on: keep it)
+            log.info("minductor: no second look at %s: %s", node.get_name(), error)
+            found.append(node)
+    return scheduler._topological_sort(found) if changed else found
+
+
+PIPELINE["schedule_passes"].register(look_again, chapter=26)
+
+
+def _timed_again(scheduler, node, member) -> list[BaseSchedulerNode]:
+    template, rest = member.node, [m for m in node.snodes if m is not member]
+    look, shape = template.second_look, "x".join(str(int(s)) for s in template.get_size())
+    internal = scheduler._buffers_internal_to_kernels()
+    variants = {}
+    for cfg in look.tiles:  # the member keeps its loops, as fused; only its node moves
+        tiled = dataclasses.replace(template, tiles=cfg, second_look=None)
+        swapped = dataclasses.replace(member, node=tiled)
+        members = tuple(swapped if m is member else m for m in node.snodes)
+        variants[cfg] = FusedSchedulerNode(members)
+    times = {cfg: kernel_time(scheduler, v, internal) for cfg, v in variants.items()}
+    for cfg, ms in times.items():
+        log.info("minductor: matmul %s with its epilogue: template %s %.1f us", shape,
+                 cfg, ms * 1e3)  # fmt: skip
+    best = min(times, key=times.get)
+    known = set(scheduler.graph.graph_inputs).union(*(n.names for n in scheduler.nodes))
+    operands = template.operands or ()
+    if look.cublas and operands and all(x.name in known for x in operands):
+        epilogue = rest[0] if len(rest) == 1 else FusedSchedulerNode(tuple(rest))
+        alone = kernel_time(scheduler, epilogue, internal - {template.name})
+        ms = cublas_time(template) + alone
+        log.info("minductor: matmul %s with its epilogue: cuBLAS and the epilogue's "
+                 "kernel %.1f us", shape, ms * 1e3)  # fmt: skip
+        if ms < times[best]:
+            log.info("minductor: matmul %s with its epilogue: cuBLAS won", shape)
+            return [ExternKernelSchedulerNode.create(as_cublas(template)), epilogue]
+    log.info("minductor: matmul %s with its epilogue: %s won", shape, best)
+    return [variants[best]]
+
+
+def kernel_time(scheduler, node, internal: set[str]) -> float:
+    """The generated kernel of `node`, timed on random inputs, in ms."""
+    from minductor.codegen_triton import generate_kernel
+    from minductor.runtime import KERNEL_HEADER, launch, load_module, with_scratch
+
+    graph = scheduler.graph
+    kernel = generate_kernel(node, internal, interpret_mode(), graph.sizevars)
+    layouts = {b.name: b.layout for b in graph.buffers}
+    layouts |= {n: v.data.layout for n, v in graph.graph_inputs.items()
+                if isinstance(v, TensorBox)}  # fmt: skip
+    module = load_module(KERNEL_HEADER + kernel.source.replace("KERNEL_NAME", "kernel"))
+    meta = dict(kernel.meta)
+    if kernel.copy_engine:
+        with_scratch()
+    # outside Dynamo's fake mode, where a new tensor (Triton's scratch too) is empty
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        args = [_random(layouts[name]) for name in kernel.call_args]
+        return _gpu_time(lambda: launch(module.kernel, int(kernel.numel), *args, **meta))
+
+
+def _random(layout: FixedLayout) -> torch.Tensor:
+    from minductor.runtime import _example
+
+    size, stride = [int(s) for s in layout.size], [int(s) for s in layout.stride]
+    return _example(size, stride, layout.dtype, layout.device)
+
+
+def cublas_time(template) -> float:
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        a, b = (_random(x.layout) for x in template.operands)
+        return _gpu_time(lambda: torch.matmul(a, b))
+
+
+def as_cublas(template) -> ExternKernelOut:
+    """The extern call computing the template's product into its buffer."""
+    op = aten.mm.default if len(template.get_size()) == 2 else aten.bmm.default
+    kernel = "extern_kernels.mm" if op == aten.mm.default else "extern_kernels.bmm"
+    name, layout = template.name, template.layout
+    return ExternKernelOut(name, layout, op, template.operands, {}, kernel=kernel)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,10 @@ class MatmulTemplate(ComputedBuffer):
     # an operand computed in the kernel instead (below): its body; `a` or `b` then
     # only stands for its size and dtype
     prologues: tuple[Prologue | None, Prologue | None] = (None, None)
+    # the operands as the graph gave them (views included), for a cuBLAS call instead;
+    # and what chapter 26's timing keeps for a second look once the epilogue is fused
+    operands: tuple[Buffer, Buffer] | None = None
+    second_look: Any = None
     kernel_kind = KernelKind.TEMPLATE.value
 
     def whole_reads(self) -> tuple[str, ...]:
@@ -174,11 +178,12 @@ def in_memory(buf: Buffer) -> tuple[Buffer, FixedLayout]:
 
 def matmul_template(
     graph, a: Buffer, b: Buffer, cfg: TileConfig, views=None, dtype=None,
-    prologues=(None, None),
+    prologues=(None, None), second_look=None,
 ) -> TensorBox:  # fmt: skip
     """Register the template computing a @ b; its result, boxed. `views`, if given,
     are the operands' layouts in their memory, read instead of their own; `dtype` is
     the result's (the operands', unless told); `prologues`, operands computed in it."""
+    operands = None if views or any(prologues) else (a, b)
     (a, a_view), (b, b_view) = in_memory(a), in_memory(b)
     a_view, b_view = views or (a_view, b_view)
     *batch, m, _ = a_view.size
@@ -190,7 +195,8 @@ def matmul_template(
     body = Pointwise(  # named for the product, as Inductor names its templates
         device, dtype, lambda index: ops.matmul_tile(name), size, origins
     )
-    node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg, prologues)
+    node = MatmulTemplate(name, layout, body, a, b, a_view, b_view, cfg, prologues,
+                          operands, second_look)  # fmt: skip
     graph.register_buffer(node)
     return TensorBox(node)
 

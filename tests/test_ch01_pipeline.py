@@ -34,7 +34,7 @@ BOOK = {
     "layout_rules": [("channels_last_rule", 13)],
     "matmul_choices": [("rule_tiles", 25), ("choose_tiles", 26)],
     "fusion_rules": [("reads_where_overwritten", 15), ("template_epilogues", 25)],
-    "schedule_passes": [("reorder_for_overlap", 28)],
+    "schedule_passes": [("look_again", 26), ("reorder_for_overlap", 28)],
     "kernel_kinds": [("poi", 17), ("per", 18), ("red", 18), ("tem", 25)],
     "handovers": [("written_over", 20)],
     "memory_plan": [("plan_memory", 20), ("collective_lines", 28)],

@@ -73,7 +73,8 @@ def test_on_the_gpu_cublas_is_timed_with_its_epilogues_pass(caplog, tmp_path):
         compile_and_compare(lambda a, b: (a @ b) * 2, a, b, options=options, tol=1e-2)
         compile_and_compare(lambda a, b: (a @ b).sum(0), a, b, options=options, tol=1e-2)
     passes = [r for r in caplog.messages if "epilogue's pass" in r]
-    timed = [r for r in caplog.messages if "cuBLAS" in r and " us" in r and "won" not in r]
+    timed = [r for r in caplog.messages if "cuBLAS" in r and " us" in r and "won" not in r
+             and "with its epilogue" not in r]  # fmt: skip
     assert len(passes) == 1  # the second compile's key is the first's: read from disk
     assert any("(cached)" in r for r in caplog.messages)
     assert len(timed) == 2  # and the sum's product, which has no epilogue, alone
@@ -215,3 +216,111 @@ def test_on_the_gpu_splits_of_k_are_timed_against_the_tiles(caplog, tmp_path):
         compile_and_compare(lambda a, b: a @ b, a, b, options=options, tol=0.5)
     timed = [r for r in caplog.messages if "template K in " in r and " us" in r]
     assert len(timed) == len(select_algorithm.k_splits(256, 256, 16384)) >= 2
+
+
+# --- the second look: the template timed again with its epilogue fused -----------
+
+
+@pytest.fixture
+def second_looks(monkeypatch):
+    """Every product with an epilogue gets a second look between two tiles, cuBLAS
+    allowed; `times` sets what each variant takes (no GPU: the times are given)."""
+    tiles = (templates.TileConfig(16, 16, 16, 4), templates.TileConfig(32, 16, 16, 4))
+    times = {"cuBLAS": 5.0, tiles[0]: 3.0, tiles[1]: 4.0}
+
+    def choose(a, b, allow_cublas, epilogue=False, computed=(False, False)):
+        if epilogue and not any(computed):
+            return select_algorithm.SecondLook(tiles, True)
+        return tiles[0]
+
+    def kernel_time(scheduler, node, internal):
+        found = [m.node for m in node.snodes if isinstance(m.node, templates.MatmulTemplate)]
+        return times[found[0].tiles] if found else 0.5  # the epilogue alone: 0.5
+
+    monkeypatch.setattr(select_algorithm, "kernel_time", kernel_time)
+    monkeypatch.setattr(select_algorithm, "cublas_time", lambda t: times["cuBLAS"])
+    with templates.matmul_choices.using(choose, chapter=26, name="choose_tiles"):
+        yield tiles, times
+
+
+LOOKED_AT = {
+    "linear, bias, gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), [(33, 40), (24, 40), (24,)]),
+    "bmm, scale, relu": (lambda a, b: torch.relu(a @ b * 0.5), [(3, 17, 9), (3, 9, 20)]),
+    "x.t() @ w + residual": (lambda x, w, r: x.t() @ w + r, [(9, 17), (9, 12), (17, 12)]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(LOOKED_AT))
+def test_a_second_look_that_finds_cublas_faster_gives_the_epilogue_its_own_kernel(
+    case, device, second_looks
+):
+    _, times = second_looks
+    times["cuBLAS"] = 1.0  # 1.0 + 0.5 for the epilogue alone, against 3.0
+    fn, shapes = LOOKED_AT[case]
+    args = [randn(*s, device=device) for s in shapes]
+    kernels, sources = compile_and_compare(fn, *args)
+    assert not any(k.startswith("triton_tem") for k in kernels), kernels
+    assert kernels and all(k.startswith("triton_poi") for k in kernels)
+    called = "extern_kernels.bmm(" if case.startswith("bmm") else "extern_kernels.mm("
+    assert called in sources[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(LOOKED_AT))
+def test_a_second_look_keeps_the_fastest_tiles_with_the_epilogue(case, device, second_looks):
+    tiles, times = second_looks
+    times[tiles[0]], times[tiles[1]] = 4.0, 3.0  # the runner-up is faster when fused
+    fn, shapes = LOOKED_AT[case]
+    args = [randn(*s, device=device) for s in shapes]
+    kernels, sources = compile_and_compare(fn, *args)
+    assert len(kernels) == 1 and kernels[0].startswith("triton_tem"), kernels
+    assert "acc = tl.zeros([32, 16], tl.float32)" in sources[0]  # the second tiles
+    assert "extern_kernels.mm(" not in sources[0] and "extern_kernels.bmm(" not in sources[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_product_without_an_epilogue_gets_no_second_look(device, second_looks):
+    _, times = second_looks
+    times["cuBLAS"] = 0.1  # would win, if it were asked
+    a, b = randn(17, 9, device=device), randn(9, 20, device=device)
+    kernels, sources = compile_and_compare(lambda a, b: a @ b, a, b)
+    assert kernels == ["triton_tem_fused_mm_0"] and "extern_kernels.mm(" not in sources[0]
+
+
+def test_a_second_look_keeps_the_ranked_tiles_and_only_after_a_template_won():
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3,
+           "GROUP_M": 8}  # fmt: skip
+    other = dict(cfg, BLOCK_M=32)
+    ranked = [cfg, {"cublas": 1}, other, {"split_k": 2}]
+    look = select_algorithm.second_look(
+        {"config": cfg, "ranked": ranked}, 64, 64, 4096, torch.float16, True
+    )
+    assert look.tiles == (templates.TileConfig(**cfg), templates.TileConfig(**other))
+    assert look.cublas
+    won_by_cublas = {"config": {"cublas": 1}, "ranked": [{"cublas": 1}, cfg]}
+    assert select_algorithm.second_look(won_by_cublas, 64, 64, 4096, torch.float16, True) is None
+    older = select_algorithm.second_look({"config": cfg}, 64, 64, 4096, torch.float16, False)
+    assert older.tiles == (templates.TileConfig(**cfg),) and not older.cublas
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_a_template_with_an_epilogue_is_timed_again_whole(caplog, tmp_path):
+    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(384, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    options = {"max_autotune": True, "cache_dir": str(tmp_path)}
+    with caplog.at_level(logging.INFO, logger="minductor"):
+        kernels, sources = compile_and_compare(lambda x, w, b: F.gelu(F.linear(x, w, b)),
+                                               x, w, b, options=options, tol=TOL[x.dtype])
+    again = [r for r in caplog.messages if "512x384 with its epilogue" in r]
+    if not any("won, " in r and "cuBLAS won" not in r for r in caplog.messages):
+        assert not again  # cuBLAS won the first timing: nothing to look at again
+        return
+    assert sum(" us" in r and "template" in r for r in again) >= 1
+    assert any("cuBLAS and the epilogue's kernel" in r for r in again)
+    won = again[-1]
+    assert won.endswith(" won")
+    cublas = "extern_kernels.mm(" in sources[0]
+    assert cublas == won.endswith("cuBLAS won")
+    assert cublas or kernels[0].startswith("triton_tem")
