@@ -54,13 +54,17 @@ def package_hash() -> str:
 
 
 def _tensor(t: torch.Tensor, values: bool) -> list:
-    found = [str(t.dtype), str(t.device), list(t.shape), list(t.stride())]
-    found.append(t.storage_offset())
+    sizes = [*t.shape, "/", *t.stride(), "/", t.storage_offset()]
+    found = [str(t.dtype), str(t.device), [_size(s) for s in sizes]]
     if values and t.numel() <= SMALL:
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
             data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
             found.append(hashlib.sha256(data.numpy().tobytes()).hexdigest()[:20])
     return found
+
+
+def _size(s) -> int | str:
+    return str(s) if isinstance(s, torch.SymInt) else s  # a symbol by its name: s77
 
 
 def _name(fn: Any) -> str:
@@ -76,8 +80,8 @@ def _outside(fn: Any) -> str | None:
 def why_not_kept(shape_env) -> str | None:
     if not config.graph_cache:
         return "the graph cache is off (config.graph_cache)"
-    if shape_env is not None:
-        return "sizes are symbols, whose guards a graph read back would not add"
+    if shape_env is not None and not hasattr(shape_env, "produce_guards_expression"):
+        return "sizes are symbols, and this torch cannot write their guards down"
     if config.debug:
         return "debug output comes from the stages a graph read back skips"
     if debug.debug_root() is not None or debug._reporters:
@@ -162,13 +166,24 @@ counters: Counter = Counter()  # hits, misses, damaged entries, graphs not kept
 
 
 class GraphCache:
+    def __init__(self):
+        # a graph with symbolic sizes, by key: its inputs and Dynamo's ShapeEnv, whose
+        # guards the entry keeps (below)
+        self.sizes: dict[str, tuple[list, Any]] = {}
+
     def key(self, gm, example_inputs, shape_env, user_visible) -> str | None:
         why = why_not_kept(shape_env)
+        inputs = [x for x in example_inputs if isinstance(x, (torch.Tensor, torch.SymInt))]
+        if why is None and shape_env is not None and not all(map(_has_hints, inputs)):
+            why = "a size read from the data, with no value to check guards on"
         if why is not None:
             counters["not kept"] += 1
             log.debug("minductor: graph cache: not kept: %s", why)
             return None
-        return graph_key(gm, example_inputs, user_visible)
+        key = graph_key(gm, example_inputs, user_visible)
+        if shape_env is not None:
+            self.sizes[key] = (inputs, shape_env)
+        return key
 
     def load(self, key: str, gm) -> CompiledGraph | None:
         try:
@@ -176,6 +191,10 @@ class GraphCache:
         except (FileNotFoundError, NotADirectoryError):
             counters["miss"] += 1
             log.info("minductor: graph cache miss %s", key[:12])
+            return None
+        except GuardsFail as why:  # compiled for other sizes: compiled again
+            counters["miss"] += 1
+            log.info("minductor: graph cache miss %s: %s", key[:12], why)
             return None
         except Exception as error:  # damaged: compiled again, and written over
             counters["damaged"] += 1
@@ -188,6 +207,7 @@ class GraphCache:
         """The entry's graph, its kernels compiled ahead; raises if it is not whole."""
         entry = json.loads(_path(key).read_text())
         assert entry["key"] == key, "another key inside"
+        self.check(key, entry.get("guards"))
         held = [_attribute(gm, name) for name in entry["held"]]
         module = load_module(entry["source"])
         warm_ups = [_from_json(w) for w in entry["warm_ups"]]
@@ -201,6 +221,7 @@ class GraphCache:
         )  # fmt: skip
 
     def hit(self, key: str, compiled: CompiledGraph) -> CompiledGraph:
+        self.sizes.pop(key, None)
         counters["hit"] += 1
         used["graphs"].add(key)
         log.info("minductor: graph cache hit %s (%d kernels)", key[:12],
@@ -226,10 +247,60 @@ class GraphCache:
             "kernel_names": compiled.kernel_names, "fallbacks": compiled.fallbacks,
             "fusion_log": compiled.fusion_log,
             "warm_ups": [_warm_up(w) for w in warm_ups],
-            "device": _device(gm),
+            "device": _device(gm), "guards": self.guards(key),
         }  # fmt: skip
         if keep(_path(key), entry, "graph"):
             used["graphs"].add(key)
+
+
+    def guards(self, key: str) -> str | None:
+        """What the compile assumed about a graph's symbolic sizes, as an expression
+        over its inputs (None for static sizes)."""
+        found = self.sizes.pop(key, None)
+        if found is None:
+            return None
+        inputs, shape_env = found
+        return shape_env.produce_guards_expression(inputs)
+
+    def check(self, key: str, guards: str | None) -> None:
+        """Raise GuardsFail unless an entry's guards hold for this compile's sizes; if
+        they hold, make them Dynamo's, as the compile that wrote the entry did."""
+        if guards is None:
+            return
+        if key not in self.sizes:
+            raise GuardsFail("compiled for symbolic sizes, asked for static ones")
+        inputs, shape_env = self.sizes[key]
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            numbers = [_hinted(x) for x in inputs]
+        if not shape_env.evaluate_guards_expression(guards, numbers):
+            raise GuardsFail("its guards do not hold for these sizes")
+        # each one now Dynamo's (`and` hands back its last operand unevaluated: bool()
+        # evaluates that one too)
+        if not bool(shape_env.evaluate_guards_expression(guards, inputs)):
+            raise GuardsFail("its guards do not hold for these sizes")
+
+
+class GuardsFail(Exception):
+    pass
+
+
+def _has_hints(x) -> bool:
+    sizes = [x] if isinstance(x, torch.SymInt) else [*x.shape, *x.stride()]
+    return all(s.node.hint is not None for s in sizes if isinstance(s, torch.SymInt))
+
+
+def _hinted(x):
+    """x with numbers for sizes: a SymInt's value in this trace, and for a tensor, a
+    meta tensor (no memory) of its layout."""
+    def value(s):
+        return s.node.hint if isinstance(s, torch.SymInt) else s
+
+    if isinstance(x, torch.SymInt):
+        return value(x)
+    size, stride = [value(s) for s in x.shape], [value(s) for s in x.stride()]
+    offset = value(x.storage_offset())
+    span = offset + (1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else 0)
+    return torch.empty(span, dtype=x.dtype, device="meta").as_strided(size, stride, offset)
 
 
 def keep(path: Path, entry: dict, which: str) -> bool:

@@ -175,14 +175,12 @@ def test_a_directory_that_refuses_writes_turns_the_cache_off_with_a_warning(tmp_
     assert hits(lines) == 0 and misses(lines) == 1
 
 
-@pytest.mark.parametrize("why", ["off", "symbols", "debug", "outside"])
+@pytest.mark.parametrize("why", ["off", "debug", "outside"])
 def test_graphs_that_cannot_be_named_are_not_kept(why, on, monkeypatch):
     x = torch.randn(6, 5)
     options, dynamic = {}, False
     if why == "off":
         options = {"graph_cache": False}
-    elif why == "symbols":
-        dynamic = True
     elif why == "debug":
         options = {"debug": 1}
     else:
@@ -588,3 +586,78 @@ def test_a_language_model_step_is_wired_from_the_cache_bit_for_bit(on, no_tracin
     assert lines["aot hit"] == 2 and lines["aot miss"] == 0 and lines["miss"] == 0
     for a, b in zip(*found):
         assert torch.equal(a, b)
+
+
+# --- symbolic sizes: the entry keeps the guards its compile added -----------------
+
+
+def _rows(x):
+    return (x * 2).sum(-1)
+
+
+def run_dynamic(x, fn=_rows):
+    """fn compiled afresh with dynamic sizes: (the compiled function, the counts)."""
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    compiled = torch.compile(fn, backend="minductor", dynamic=True)
+    torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    return compiled, cache.counters - before
+
+
+def _entries(directory) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (directory / "graphs").glob("*.json")]
+
+
+def test_a_graph_with_symbolic_sizes_is_kept_with_the_guards_its_lowering_added(on):
+    _, lines = run_dynamic(torch.randn(7, 100))
+    assert misses(lines) == 1
+    (entry,) = _entries(on)
+    # chapter 18: a row fits one program; chapter 17: 32-bit indices
+    assert "<= 4096" in entry["guards"] and "<= 2147483647" in entry["guards"]
+    _, lines = run_dynamic(torch.randn(9, 200))  # other sizes, the same symbols
+    assert hits(lines) == 1 and misses(lines) == 0
+
+
+def test_a_hit_hands_its_guards_to_dynamo_which_compiles_again_past_them(on):
+    run_dynamic(torch.randn(7, 100))
+    compiled, lines = run_dynamic(torch.randn(9, 200))
+    assert hits(lines) == 1
+    before = cache.counters.copy()
+    x = torch.randn(9, 5000)  # a row past the guard: Dynamo must not reuse the hit
+    torch.testing.assert_close(compiled(x), _rows(x), atol=1e-3, rtol=1e-4)
+    lines = cache.counters - before
+    assert misses(lines) == 1 and hits(lines) == 0  # compiled again; the entry's
+    (entry,) = _entries(on)  # guards did not hold, and the new compile wrote its own:
+    assert entry["kernel_names"][0].startswith("triton_red")  # a looped reduction
+    assert "<= 4096" not in entry["guards"]
+
+
+def test_an_entry_whose_guards_do_not_hold_is_a_miss_in_a_new_process(on):
+    run_dynamic(torch.randn(7, 100))  # a persistent reduction, rows of at most 4096
+    _, lines = run_dynamic(torch.randn(9, 5000))
+    assert misses(lines) == 1 and hits(lines) == 0
+
+
+def test_a_looped_reduction_serves_every_row_length_as_in_one_process(on):
+    """Compiled past the limit, the reduction loops, which is right for any row: no
+    guard was added, and a hit at 100 reuses it, as Dynamo would in one process."""
+    run_dynamic(torch.randn(9, 5000))
+    _, lines = run_dynamic(torch.randn(7, 100))
+    assert hits(lines) == 1
+
+
+def test_guards_are_checked_on_the_sizes_as_numbers():
+    """The hints the guards are checked on: each symbol's value in this trace, and
+    for a tensor, a meta tensor of its layout, storage offset included."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    real = torch.randn(40)[3:].view(37)[1:].as_strided((3, 5), (10, 2), 7)
+    fake = mode.from_tensor(real)
+    assert isinstance(fake.shape[0], torch.SymInt)  # symbols, which have values here
+    hinted = cache._hinted(fake)
+    assert hinted.device.type == "meta"
+    assert (hinted.shape, hinted.stride(), hinted.storage_offset()) == \
+        (real.shape, real.stride(), real.storage_offset())  # fmt: skip
+    assert cache._hinted(fake.shape[1]) == 5
