@@ -52,11 +52,14 @@
 # %%
 import contextlib
 import math
+import os
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
 from minductor.lowering import lowerings, register_lowering
 from minductor.ops import MATH_OPS, ops

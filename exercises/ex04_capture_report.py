@@ -42,11 +42,14 @@
 # ## Setup
 
 # %%
+import os
 from dataclasses import dataclass, field
 
 import torch
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 
 # these import Triton: after minductor, which has chosen the interpreter on a CPU
 import torch.nn.functional as F

@@ -54,6 +54,7 @@
 # ## Setup
 
 # %%
+import os
 import re
 from unittest import mock
 
@@ -62,7 +63,9 @@ import torch.nn.functional as F
 from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor import memory
 from minductor.capture import compile_hooks
 from minductor.codegen_triton import inplace_candidates, same_memory

@@ -52,12 +52,15 @@
 # added to the fusion log.
 
 # %%
+import os
 from typing import NamedTuple
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.capture import aten_passes
 from minductor.config import config
 from minductor.decompositions import decomposition_table

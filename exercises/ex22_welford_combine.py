@@ -49,11 +49,14 @@
 # the kernels (chapter 18 keeps the count in the accumulator's dtype).
 
 # %%
+import os
 from typing import NamedTuple
 
 import torch
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 
 
 class Stats(NamedTuple):

@@ -42,10 +42,14 @@
 # ## Setup
 
 # %%
+import os
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import minductor  # noqa: F401  (registers the lowerings)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (registers the lowerings)
 from minductor.dependencies import FusedSchedulerNode, RecordingHandler, _run_body
 from minductor.ir import ComputedBuffer
 from minductor.lowering import GraphLowering

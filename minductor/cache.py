@@ -67,6 +67,14 @@ def _size(s) -> int | str:
     return str(s) if isinstance(s, torch.SymInt) else s  # a symbol by its name: s77
 
 
+def _other(x) -> str:
+    """An input that is not a tensor: a number by value, a size by its symbol, an
+    object (a process group, passed through) by its type."""
+    if isinstance(x, (int, float, bool, str, torch.SymInt)) or x is None:
+        return str(x)
+    return type(x).__name__
+
+
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
@@ -124,7 +132,7 @@ def _hash(named: dict) -> str:
 
 
 def graph_key(gm, example_inputs, user_visible) -> str:
-    inputs = [_tensor(x, False) if isinstance(x, torch.Tensor) else repr(x)
+    inputs = [_tensor(x, False) if isinstance(x, torch.Tensor) else _other(x)
               for x in example_inputs]  # fmt: skip
     return _hash({
         "graph": gm.code,

@@ -73,6 +73,19 @@ class CannotCompile(NotImplementedError):
     """Raised for a graph that cannot be compiled at all; it then runs with ATen."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Opaque:
+    """A graph input that is an object, not a tensor or a number (a process group):
+    passed through by its placeholder's name."""
+
+    name: str
+
+
+def _is_object(value: Any) -> bool:
+    fake = torch._library.fake_class_registry.FakeScriptObject
+    return isinstance(value, (torch.ScriptObject, fake))
+
+
 def register_lowering(
     *targets: OpOverload | OpOverloadPacket | Callable,
     graph: bool = False,
@@ -326,6 +339,8 @@ class GraphLowering(torch.fx.Interpreter):
             return box
         if isinstance(value, torch.SymInt):
             value = as_expr(value)  # a size symbol, bound by the wrapper at run time
+        elif _is_object(value):
+            value = Opaque(name)  # passed through, by name
         self.graph_inputs[name] = value
         return value
 
@@ -443,7 +458,7 @@ class GraphLowering(torch.fx.Interpreter):
                 self.graph_outputs.append(value.realize(self))  # saved: as we chose
             elif isinstance(value, TensorBox):
                 self.graph_outputs.append(self._as_eager(value, node))
-            elif value is None or isinstance(value, sympy.Expr):
+            elif value is None or isinstance(value, (sympy.Expr, Opaque)):
                 self.graph_outputs.append(value)
             else:
                 raise CannotCompile(f"graph output {value!r} is not a tensor")

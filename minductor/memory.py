@@ -19,6 +19,7 @@ from minductor.ir import (
     MutationBuffer,
     TensorBox,
 )
+from minductor.lowering import Opaque
 from minductor.sizevars import NoHint
 from minductor.wrapper import (
     AllocateLine,
@@ -36,7 +37,8 @@ from minductor.wrapper import (
 
 def plan_frees(lines: list[Line], graph) -> list[Line]:
     """The lines with a FreeLine after each name's last use."""
-    keep = {b.name for b in graph.graph_outputs if isinstance(b, Buffer)}
+    outputs = graph.graph_outputs
+    keep = {b.name for b in outputs if isinstance(b, (Buffer, Opaque))}
     seen: set[str] = set(keep)
     planned: list[Line] = []
     for line in reversed(lines):

@@ -26,7 +26,7 @@ from minductor.ir import (
     ReinterpretBuffer,
     TensorBox,
 )
-from minductor.lowering import CannotCompile, GraphLowering
+from minductor.lowering import CannotCompile, GraphLowering, Opaque
 from minductor.pipeline import PIPELINE
 from minductor.runtime import WarmUp, autotune_kernel
 from minductor.dependencies import ExternKernelSchedulerNode
@@ -141,7 +141,7 @@ class KernelCallLine:
 
 
 def codegen_arg(a: Any) -> str:
-    if isinstance(a, Buffer):
+    if isinstance(a, (Buffer, Opaque)):  # an object input, by its name (chapter 6)
         return a.name
     if isinstance(a, sympy.Expr):  # a size passed to ATen, e.g. view(buf0, [s0, 4])
         return pexpr(a)
@@ -564,7 +564,8 @@ class WrapperCodeGen:
         for line in self.lines:
             work += line.codegen().splitlines()
         outputs = [
-            b.name if isinstance(b, Buffer) else "None" if b is None else pexpr(b)
+            b.name if isinstance(b, (Buffer, Opaque)) else "None" if b is None
+            else pexpr(b)
             for b in self.graph.graph_outputs
         ]
         work += [f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
@@ -603,7 +604,8 @@ class WrapperCodeGen:
             elif isinstance(value, sympy.Expr):  # a size symbol: its hint
                 body.append(f"{name} = {self.graph.sizevars.size_hint(value)}")
             else:
-                body.append(f"{name} = {value!r}")
+                body.append(f"{name} = None" if isinstance(value, Opaque) else
+                            f"{name} = {value!r}")  # fmt: skip
         inputs = ", ".join(self.graph.graph_input_names)
         body.append(
             f"return benchmark(lambda: call([{inputs}]), times=times, repeat=repeat)"

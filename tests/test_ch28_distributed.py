@@ -303,10 +303,9 @@ def test_a_group_the_process_does_not_have_is_a_clear_error(world):
         GraphLowering(gm, [x]).lower()
 
 
-@pytest.mark.slow
-def test_a_tensor_parallel_graph_runs_with_aten_and_says_why(world, caplog):
-    """DTensor names the group by the process group object, and saves it for the
-    backward as a graph output: that graph runs with ATen, logged, as eager does."""
+def test_a_tensor_parallel_graph_passes_its_process_group_through(world, caplog):
+    """DTensor's graphs take the process group (an object) as an input and return it
+    for the backward: both graphs compile, the object passed through by name."""
     import logging
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -329,11 +328,18 @@ def test_a_tensor_parallel_graph_runs_with_aten_and_says_why(world, caplog):
     mesh = init_device_mesh("cpu", (1,))
     plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
     parallelize_module(model, mesh, plan)
-    x = torch.randn(5, 7)
+    x = torch.randn(5, 7, requires_grad=True)
     with caplog.at_level(logging.INFO, logger="minductor"):
-        got, _ = _compiled(model, x)
+        got, graphs = _compiled(model, x)
+        got.sum().backward()
     torch.testing.assert_close(got, model(x))
-    assert "is not a tensor" in caplog.text and "running graph with ATen" in caplog.text
+    assert "running graph with ATen" not in caplog.text
+    forward = graphs[0].source
+    call = forward[forward.index("def call("):forward.index("def benchmark")]
+    returned = call.split("return (")[1].split(")")[0].split(", ")
+    bench = forward[forward.index("def benchmark"):]
+    objects = re.findall(r"(\w+) = None", bench)  # the benchmark has no group to pass
+    assert set(objects) & set(returned), (objects, returned)  # one handed back
 
 
 # --- ranks that disagree -------------------------------------------------------------
@@ -414,7 +420,7 @@ def test_a_graph_with_collectives_checks_the_ranks_on_its_first_call_only(
 
 # --- two processes ------------------------------------------------------------------
 
-FAST = ("collectives", "mismatch")
+FAST = ("collectives", "mismatch", "tp")
 SLOW = ("block", "ddp", "fsdp2")
 
 
@@ -622,6 +628,54 @@ def _scenario_fsdp2(rank: int, report) -> None:
         report(f"fsdp2 {how} graphs", 0.0, compiled)
 
 
+class TwoLayers(torch.nn.Module):
+    def __init__(self, width: int = 16, hidden: int = 24):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def _scenario_tp(rank: int, report) -> None:
+    """Tensor parallelism: the MLP's first layer split by columns, its second by rows,
+    over both ranks; DTensor puts the collectives into the graphs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from minductor.capture import record_compiled
+
+    def run(compiled: bool):
+        torch.manual_seed(0)
+        model = TwoLayers()
+        mesh = init_device_mesh("cpu", (2,))
+        plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+        parallelize_module(model, mesh, plan)
+        x = torch.randn(5, 16, requires_grad=True)  # the same on both ranks
+        fn = model
+        if compiled:
+            torch._dynamo.reset()
+            fn = torch.compile(model, backend="minductor")
+        with record_compiled() as graphs:
+            out = fn(x)
+            out.pow(2).sum().backward()
+        grads = [p.grad.full_tensor() for p in model.parameters()]
+        return out, x.grad, grads, graphs
+
+    o0, x0, g0, _ = run(False)
+    o1, x1, g1, graphs = run(True)
+    source = "".join(g.source for g in graphs)
+    report("tp out", _close(o1, o0), len(graphs) == 2)  # forward and backward ours
+    report("tp grad x", _close(x1, x0), True)
+    report("tp grads", max(_close(a, b) for a, b in zip(g1, g0)), True)
+    fallbacks = [f for g in graphs for f in g.fallbacks]  # each collective ours
+    report("tp collectives", 0.0, not fallbacks and source.count("all_reduce.default(") >= 2)
+
+
 def _worker(rank: int, world_size: int, store_path: str, out: str, scenarios: str):
     import datetime
 
@@ -677,7 +731,8 @@ def _run_two(scenarios, timeout: float = 240) -> list[dict]:
         return [json.loads(Path(o).read_text()) for o in outs]
 
 
-CHECKS_FAST = [f"collective {name}" for name in OPS] + ["mismatch"]
+CHECKS_FAST = [f"collective {name}" for name in OPS] + [
+    "mismatch", "tp out", "tp grad x", "tp grads", "tp collectives"]
 CHECKS_SLOW = [
     "block loss", "block grad x", "block grad q", "block grad k", "block grad v",
     "block grad up", "block grad down", "ddp loss", "ddp grads",

@@ -40,11 +40,14 @@
 
 # %%
 import math
+import os
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import minductor  # noqa: F401  (before Triton is imported)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported)
 from minductor.lowering import GraphLowering
 from minductor.ops import set_handler
 from minductor.dependencies import SchedulerNode

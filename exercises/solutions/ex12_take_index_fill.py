@@ -45,10 +45,13 @@
 
 # %%
 import contextlib
+import os
 
 import torch
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
 from minductor.indexing import _gathered, _scatter, indirect_loader
 from minductor.lowering import Unsupported, lowerings, register_lowering

@@ -47,13 +47,16 @@
 # memory) and its outputs, which the caller keeps.
 
 # %%
+import os
 import random
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import sympy
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.ir import Buffer, TensorBox
 from minductor.memory import GroupLiveness, alias_roots, plan_frees
 from minductor.wrapper import FreeLine, ReinterpretLine

@@ -44,11 +44,14 @@
 # %%
 import itertools
 import math
+import os
 import random
 
 import sympy
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.sizevars import (
     FloorDiv,
     ModularIndexing,

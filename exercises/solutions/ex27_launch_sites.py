@@ -67,6 +67,7 @@
 # %%
 import contextlib
 import dataclasses
+import os
 import random
 from types import SimpleNamespace
 from unittest import mock
@@ -75,7 +76,9 @@ import sympy
 import torch
 import torch.nn.functional as F
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor.capture import record_compiled
 from minductor.codegen_triton import GeneratedKernel, KernelKind, PerCallBlocks
 from minductor.ir import (

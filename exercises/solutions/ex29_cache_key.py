@@ -37,12 +37,15 @@
 # ## Setup
 
 # %%
+import os
 import tempfile
 from unittest import mock
 
 import torch
 
-import minductor  # noqa: F401  (before Triton is imported; registers the backend)
+# CPU tensors: Triton's interpreter runs their kernels, on a machine with a GPU too
+os.environ.setdefault("TRITON_INTERPRET", "1")
+import minductor  # noqa: E402, F401  (before Triton is imported; registers the backend)
 from minductor import cache
 from minductor.config import config
 
