@@ -85,6 +85,8 @@ class Config:
     num_decompose_k_splits: int = 5
     # keep compiled graphs on disk, under cache_dir, and read them back (chapter 27)
     graph_cache: bool = os.environ.get("MINDUCTOR_GRAPH_CACHE", "1") == "1"
+    # lower a functional all_reduce in place, into a buffer the graph owns (chapter 28)
+    all_reduce_in_place: bool = True
     # move independent work between a collective and its wait (chapter 28)
     reorder_for_overlap: bool = True
     # on a graph's first call, check that every rank of its groups runs the same

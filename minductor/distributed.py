@@ -12,11 +12,21 @@ import torch
 import torch.distributed as dist
 
 from minductor.config import config
-from minductor.ir import FallbackKernel, FixedLayout, TensorBox
+from minductor.ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternKernelOut,
+    FallbackKernel,
+    FixedLayout,
+    MutationBuffer,
+    TensorBox,
+)
 from minductor.lowering import (
+    VIEW_TARGETS,
     CannotCompile,
     GraphLowering,
     Unsupported,
+    lowerings,
     register_lowering,
 )
 from minductor.dependencies import BaseSchedulerNode
@@ -25,6 +35,7 @@ from minductor.runtime import extern_kernels
 from minductor.scheduler import Scheduler
 from minductor.sizevars import contiguous_strides
 from minductor.wrapper import ExternCallLine, codegen_call_args, codegen_op, memory_plan
+from minductor.memory import RETURNS_AN_INPUT
 
 c10d = torch.ops._c10d_functional
 
@@ -37,12 +48,12 @@ class CollectiveKernel(FallbackKernel):
     group: str = ""
 
     def kind(self) -> str:
-        return self.op._schema.name.split("::")[1]  # "all_reduce"
+        return self.op._schema.name.split("::")[1].rstrip("_")  # "all_reduce"
 
     def __repr__(self) -> str:
         ins = ", ".join(b.name for b in self.input_buffers())
         return (
-            f"{self.name}: CollectiveKernel({self.kind()}, inputs=[{ins}], "
+            f"{self.name}: CollectiveKernel({self.op._opname}, inputs=[{ins}], "
             f"group={self.group!r}, {self.layout!r})"
         )
 
@@ -100,6 +111,8 @@ def collective(graph: GraphLowering, x: TensorBox, *args: Any) -> TensorBox:
     process_group(args[-1], None if where is None else args[where - 1])
     buf = graph.realize_viewed(x)
     buf = graph.require_strides(buf, tuple(contiguous_strides(buf.get_size())))
+    if op == c10d.all_reduce.default and config.all_reduce_in_place:
+        return reduce_in_place(graph, buf, args)  # (below)
     layout = FixedLayout.from_tensor(graph.current_node.meta["val"])
     node = CollectiveKernel(
         graph.new_buffer_name(), layout, op, (buf, *args), {}, group=args[-1]
@@ -124,6 +137,33 @@ def wait(graph: GraphLowering, x: TensorBox) -> TensorBox:
     )
     graph.register_buffer(node)
     return TensorBox(node)
+
+
+def owned(graph: GraphLowering, buf: Buffer) -> Buffer:
+    """buf, if it is memory this graph computed for the current node alone; else a
+    copy of it, which is."""
+    arg = graph.current_node.args[0]
+    alone = isinstance(arg, torch.fx.Node) and list(arg.users) == [graph.current_node]
+    computed = alone and arg.op == "call_function" and arg.target not in VIEW_TARGETS
+    ours = isinstance(buf, (ComputedBuffer, ExternKernelOut))
+    if computed and ours and not isinstance(buf, MutationBuffer):
+        return buf
+    copy = lowerings[torch.ops.aten.clone.default](TensorBox(buf))
+    return graph.realize_viewed(copy)
+
+
+def reduce_in_place(graph: GraphLowering, buf: Buffer, args) -> TensorBox:
+    target = owned(graph, buf)
+    node = CollectiveKernel(
+        graph.new_buffer_name(), target.layout, c10d.all_reduce_.default,
+        (target, *args), {}, group=args[-1],
+    )  # fmt: skip
+    graph.register_buffer(node)
+    graph.extern_kernels.append(str(c10d.all_reduce_.default))
+    return TensorBox(node)
+
+
+RETURNS_AN_INPUT.add(c10d.wait_tensor.default)  # chapter 20: the same memory
 
 
 def _members(node: BaseSchedulerNode) -> tuple:

@@ -462,14 +462,19 @@ def order_mutations(nodes: list[BaseSchedulerNode]) -> list[BaseSchedulerNode]:
         return name
 
     readers: dict[str, set[str]] = {}  # memory -> the nodes that read it
+    reads_of: dict[str, set[str]] = {}  # node -> what it reads
     for node in nodes:
+        reads_of[node.get_name()] = set(node.read_names)
         for read in node.read_names:
             readers.setdefault(memory(read), set()).add(node.get_name())
     ordered = []
     for node in nodes:
         name = node.get_name()
         targets = {memory(t) for t in overwritten(node)}
-        follow = {r for t in targets for r in readers.get(t, ()) if r != name}
+        # a reader of the writer's own result comes after it (chapter 28's wait, which
+        # reads a collective and the memory it reduces in place)
+        follow = {r for t in targets for r in readers.get(t, ())
+                  if r != name and name not in reads_of[r]}  # fmt: skip
         if follow:
             weak = frozenset(WeakDep(r) for r in follow)
             node = dataclasses.replace(node, reads=node.reads | weak)

@@ -680,6 +680,9 @@ def cat(graph, tensors, dim=0):
     size = list(tensors[0].get_size())
     dim = _dim(dim, len(size))
     size[dim] = sum((t.get_size()[dim] for t in tensors), sympy.Integer(0))
+    # a piece empty along dim adds nothing; loaded in one body, it would be read at
+    # an index clamped into no elements at all: outside its memory
+    tensors = [t for t in tensors if t.get_size()[dim] != 0] or tensors[:1]
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"cat of {dtype}")
     users = graph.current_node.users if graph.current_node is not None else {}

@@ -51,6 +51,42 @@ def test_pointwise_cat_of_mixed_dtypes_and_sizes_matches_eager(device):
     assert len(graphs[0].kernel_names) == 1
 
 
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_piece_with_nothing_along_the_dim_is_not_loaded(where):
+    """cat([a, b, empty]) read by a pointwise user: one body, which loads every piece
+    at a clamped index; an empty piece has none to clamp to, so it is left out. (Its
+    load read outside any memory: the interpreter crashed on a split's gradient.)"""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from minductor.lowering import GraphLowering
+    from minductor.scheduler import Scheduler
+    from minductor.wrapper import WrapperCodeGen
+
+    a, b, empty = torch.randn(2, 5), torch.randn(3, 5), torch.randn(0, 5)
+    pieces = {"first": (empty, a, b), "middle": (a, empty, b), "last": (a, b, empty)}[where]
+    fn = lambda x, y, z: torch.cat([x, y, z]) * 2  # noqa: E731
+    gm = make_fx(fn)(*pieces)
+    graph = GraphLowering(gm, list(pieces)).lower()
+    source = WrapperCodeGen(graph, Scheduler(graph), interpret=True).generate()
+    empty_name = ["x_1", "y_1", "z_1"][list(map(id, pieces)).index(id(empty))]
+    launches = re.findall(r"launch_triton_\w+\(([^)]*)\)", source)
+    assert len(launches) == 1 and empty_name not in launches[0].split(", ")
+    torch.testing.assert_close(compiled(fn, *pieces)[0], fn(*pieces))
+
+
+def test_the_gradient_of_a_split_with_an_empty_part_matches_eager():
+    x = torch.randn(5, 5, 5, requires_grad=True)
+
+    def fn(x):
+        first, second, third = torch.split_with_sizes(x, [1, 4, 0])
+        return first.sum() + (second * third.sum()).sum()
+
+    out, _ = compiled(fn, x)
+    (ours,) = torch.autograd.grad(out, x)
+    (theirs,) = torch.autograd.grad(fn(x), x)
+    torch.testing.assert_close(ours, theirs)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_cat_with_many_pieces_is_written_into_one_buffer(device):
     xs = [torch.randn(2, k + 1, device=device) for k in range(5)]

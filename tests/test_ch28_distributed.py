@@ -130,6 +130,45 @@ def test_each_collective_and_its_wait_are_our_ir_nodes_as_eager_computes(world, 
     assert graphs[0].fallbacks == [] and len(graphs[0].kernel_names) == 2
 
 
+def test_an_all_reduce_of_a_value_computed_for_it_alone_reduces_it_in_place(world):
+    """The kernel that computes the input writes the memory the all-reduce reduces:
+    no copy, and the collective is all_reduce_ on that buffer."""
+    fn = lambda x: c10d.wait_tensor(c10d.all_reduce(x * 2, "sum", world)) + 1  # noqa: E731
+    x = torch.randn(5, 7)
+    out, graphs = _compiled(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    source = graphs[0].source
+    written = re.search(r"launch_triton_poi_fused_mul_0\(arg0_1, (buf\d+)\)", source)
+    assert written and f"all_reduce_.default({written.group(1)}, 'sum'" in source
+    assert len(graphs[0].kernel_names) == 2  # the product and the add: no copy
+
+
+@pytest.mark.parametrize("case", ["the graph's input", "read again", "knob off"])
+def test_an_all_reduce_of_memory_it_does_not_own_reduces_a_copy(world, case):
+    import minductor
+
+    if case == "the graph's input":
+        fn = lambda x: c10d.wait_tensor(c10d.all_reduce(x, "sum", world)) * 3  # noqa: E731
+    else:
+        def fn(x):
+            y = x * 2
+            return c10d.wait_tensor(c10d.all_reduce(y, "sum", world)) + y
+
+    x = torch.randn(5, 7)
+    with minductor.config.patch({"all_reduce_in_place": case != "knob off"}):
+        out, graphs = _compiled(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    source = graphs[0].source
+    if case == "knob off":
+        assert "all_reduce.default(" in source and "all_reduce_" not in source
+        return
+    reduced = re.search(r"all_reduce_\.default\((\w+),", source).group(1)
+    launches = re.findall(r"launch_triton_\w+\(([^)]*)\)", source)
+    writers = [args for args in launches if args.split(", ")[-1] == reduced]
+    readers = [args for args in launches if reduced in args.split(", ")[:-1]]
+    assert reduced != "arg0_1" and len(writers) == 1 and not readers  # a copy of ours
+
+
 def _step(world):
     def step(x, w):
         started = c10d.all_gather_into_tensor(x * 2, 1, world)
@@ -453,6 +492,21 @@ def _scenario_collectives(rank: int, report) -> None:
         out, graphs = _compiled(fn, x)
         report(f"collective {name}", _close(out, fn(x)), graphs[0].fallbacks == [])
 
+    # reduced in place: a value read again after the all-reduce, and the graph's input,
+    # must each keep its own value (the all-reduce reduces a copy of them)
+    def read_again(t):
+        y = t * 2
+        return torch.cos(c10d.wait_tensor(c10d.all_reduce(y, "sum", world))) + y
+
+    def of_the_input(t):
+        return c10d.wait_tensor(c10d.all_reduce(t, "sum", world)) * 3
+
+    for name, fn in (("read again", read_again), ("of the input", of_the_input)):
+        before = x.clone()
+        out, graphs = _compiled(fn, x)
+        same = torch.equal(x, before)  # the input is not reduced in place
+        report(f"all_reduce {name}", _close(out, fn(x)), same and graphs[0].fallbacks == [])
+
 
 def _scenario_mismatch(rank: int, report) -> None:
     """Rank 1's tensor has another shape: a clear error on both ranks, not a crash."""
@@ -673,7 +727,8 @@ def _scenario_tp(rank: int, report) -> None:
     report("tp grad x", _close(x1, x0), True)
     report("tp grads", max(_close(a, b) for a, b in zip(g1, g0)), True)
     fallbacks = [f for g in graphs for f in g.fallbacks]  # each collective ours
-    report("tp collectives", 0.0, not fallbacks and source.count("all_reduce.default(") >= 2)
+    reduces = re.findall(r"all_reduce_?\.default\(", source)
+    report("tp collectives", 0.0, not fallbacks and len(reduces) >= 2)
 
 
 def _worker(rank: int, world_size: int, store_path: str, out: str, scenarios: str):
@@ -732,7 +787,8 @@ def _run_two(scenarios, timeout: float = 240) -> list[dict]:
 
 
 CHECKS_FAST = [f"collective {name}" for name in OPS] + [
-    "mismatch", "tp out", "tp grad x", "tp grads", "tp collectives"]
+    "all_reduce read again", "all_reduce of the input",
+    "mismatch", "tp out", "tp grad x", "tp grads", "tp collectives"]  # fmt: skip
 CHECKS_SLOW = [
     "block loss", "block grad x", "block grad q", "block grad k", "block grad v",
     "block grad up", "block grad down", "ddp loss", "ddp grads",
