@@ -386,6 +386,9 @@ PIPELINE["schedule_passes"].register(look_again, chapter=26)
 
 
 def _timed_again(scheduler, node, member) -> list[BaseSchedulerNode]:
+    from minductor.codegen_triton import generate_kernel
+    from minductor.runtime import autotune
+
     template, rest = member.node, [m for m in node.snodes if m is not member]
     look, shape = template.second_look, "x".join(str(int(s)) for s in template.get_size())
     internal = scheduler._buffers_internal_to_kernels()
@@ -395,24 +398,39 @@ def _timed_again(scheduler, node, member) -> list[BaseSchedulerNode]:
         swapped = dataclasses.replace(member, node=tiled)
         members = tuple(swapped if m is member else m for m in node.snodes)
         variants[cfg] = FusedSchedulerNode(members)
-    times = {cfg: kernel_time(scheduler, v, internal) for cfg, v in variants.items()}
-    for cfg, ms in times.items():
-        log.info("minductor: matmul %s with its epilogue: template %s %.1f us", shape,
-                 cfg, ms * 1e3)  # fmt: skip
-    best = min(times, key=times.get)
+    epilogue = rest[0] if len(rest) == 1 else FusedSchedulerNode(tuple(rest))
     known = set(scheduler.graph.graph_inputs).union(*(n.names for n in scheduler.nodes))
     operands = template.operands or ()
-    if look.cublas and operands and all(x.name in known for x in operands):
-        epilogue = rest[0] if len(rest) == 1 else FusedSchedulerNode(tuple(rest))
-        alone = kernel_time(scheduler, epilogue, internal - {template.name})
-        ms = cublas_time(template) + alone
-        log.info("minductor: matmul %s with its epilogue: cuBLAS and the epilogue's "
-                 "kernel %.1f us", shape, ms * 1e3)  # fmt: skip
-        if ms < times[best]:
-            log.info("minductor: matmul %s with its epilogue: cuBLAS won", shape)
-            return [ExternKernelSchedulerNode.create(as_cublas(template)), epilogue]
-    log.info("minductor: matmul %s with its epilogue: %s won", shape, best)
-    return [variants[best]]
+    cublas = look.cublas and operands and all(x.name in known for x in operands)
+    choices = [_choice(cfg) for cfg in variants] + ([{"cublas": 1}] if cublas else [])
+    _, m, n, k = _size(template.a_view, template.b_view)
+    dtype = template.a.get_dtype()
+
+    def time_one(choice: dict) -> float:
+        cfg = _plan(choice, m, n, k, dtype)
+        if cfg is not None:
+            ms = kernel_time(scheduler, variants[cfg], internal)
+            what = f"template {cfg}"
+        else:  # the product by cuBLAS, then the epilogue's own kernel reading it
+            alone = kernel_time(scheduler, epilogue, internal - {template.name})
+            ms, what = cublas_time(template) + alone, "cuBLAS and the epilogue's kernel"
+        log.info("minductor: matmul %s with its epilogue: %s %.1f us", shape, what,
+                 ms * 1e3)  # fmt: skip
+        return ms
+
+    # kept on disk as chapter 21 keeps any timed choice, named by the whole kernel
+    graph, device = scheduler.graph, template.get_device()
+    first = generate_kernel(variants[look.tiles[0]], internal, interpret_mode(),
+                            graph.sizevars)  # fmt: skip
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    won = autotune("# with its epilogue\n" + first.source, (shape, str(dtype)), where,
+                   choices, time_one)  # fmt: skip
+    chosen = _plan(won["config"], m, n, k, dtype)
+    log.info("minductor: matmul %s with its epilogue: %s won%s", shape, chosen or "cuBLAS",
+             " (cached)" if won["cached"] else "")  # fmt: skip
+    if chosen is None:
+        return [ExternKernelSchedulerNode.create(as_cublas(template)), epilogue]
+    return [variants[chosen]]
 
 
 def kernel_time(scheduler, node, internal: set[str]) -> float:

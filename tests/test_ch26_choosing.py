@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from helpers import DEVICES, FORCED, TOL, compile_and_compare, randn
 
 from minductor import select_algorithm, templates
+from minductor.config import config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch26]
 
@@ -222,9 +223,10 @@ def test_on_the_gpu_splits_of_k_are_timed_against_the_tiles(caplog, tmp_path):
 
 
 @pytest.fixture
-def second_looks(monkeypatch):
+def second_looks(monkeypatch, tmp_path):
     """Every product with an epilogue gets a second look between two tiles, cuBLAS
-    allowed; `times` sets what each variant takes (no GPU: the times are given)."""
+    allowed; `times` sets what each variant takes (no GPU: the times are given), and
+    `timed` counts the timings. Its own cache directory: the answers are kept there."""
     tiles = (templates.TileConfig(16, 16, 16, 4), templates.TileConfig(32, 16, 16, 4))
     times = {"cuBLAS": 5.0, tiles[0]: 3.0, tiles[1]: 4.0}
 
@@ -234,13 +236,17 @@ def second_looks(monkeypatch):
         return tiles[0]
 
     def kernel_time(scheduler, node, internal):
+        timed.append(node)
         found = [m.node for m in node.snodes if isinstance(m.node, templates.MatmulTemplate)]
         return times[found[0].tiles] if found else 0.5  # the epilogue alone: 0.5
 
+    timed = []
     monkeypatch.setattr(select_algorithm, "kernel_time", kernel_time)
     monkeypatch.setattr(select_algorithm, "cublas_time", lambda t: times["cuBLAS"])
-    with templates.matmul_choices.using(choose, chapter=26, name="choose_tiles"):
-        yield tiles, times
+    options = {"cache_dir": str(tmp_path), "graph_cache": False}
+    with templates.matmul_choices.using(choose, chapter=26, name="choose_tiles"), \
+            config.patch(options):  # fmt: skip
+        yield tiles, times, timed
 
 
 LOOKED_AT = {
@@ -255,7 +261,7 @@ LOOKED_AT = {
 def test_a_second_look_that_finds_cublas_faster_gives_the_epilogue_its_own_kernel(
     case, device, second_looks
 ):
-    _, times = second_looks
+    _, times, _ = second_looks
     times["cuBLAS"] = 1.0  # 1.0 + 0.5 for the epilogue alone, against 3.0
     fn, shapes = LOOKED_AT[case]
     args = [randn(*s, device=device) for s in shapes]
@@ -269,7 +275,7 @@ def test_a_second_look_that_finds_cublas_faster_gives_the_epilogue_its_own_kerne
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", sorted(LOOKED_AT))
 def test_a_second_look_keeps_the_fastest_tiles_with_the_epilogue(case, device, second_looks):
-    tiles, times = second_looks
+    tiles, times, _ = second_looks
     times[tiles[0]], times[tiles[1]] = 4.0, 3.0  # the runner-up is faster when fused
     fn, shapes = LOOKED_AT[case]
     args = [randn(*s, device=device) for s in shapes]
@@ -281,11 +287,24 @@ def test_a_second_look_keeps_the_fastest_tiles_with_the_epilogue(case, device, s
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_product_without_an_epilogue_gets_no_second_look(device, second_looks):
-    _, times = second_looks
+    _, times, _ = second_looks
     times["cuBLAS"] = 0.1  # would win, if it were asked
     a, b = randn(17, 9, device=device), randn(9, 20, device=device)
     kernels, sources = compile_and_compare(lambda a, b: a @ b, a, b)
     assert kernels == ["triton_tem_fused_mm_0"] and "extern_kernels.mm(" not in sources[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_second_look_is_kept_on_disk_and_read_back_without_timing(device, second_looks):
+    tiles, times, timed = second_looks
+    times[tiles[0]], times[tiles[1]] = 4.0, 3.0
+    fn, shapes = LOOKED_AT["linear, bias, gelu"]
+    args = [randn(*s, device=device) for s in shapes]
+    _, first = compile_and_compare(fn, *args)
+    assert len(timed) == 3  # two tiles, and the epilogue alone beside cuBLAS
+    times[tiles[0]] = 1.0  # would win now, if it were timed again
+    _, again = compile_and_compare(fn, *args)
+    assert len(timed) == 3 and again == first  # read back: the same kernel
 
 
 def test_a_second_look_keeps_the_ranked_tiles_and_only_after_a_template_won():
