@@ -254,21 +254,31 @@ class GraphCache:
             "key": key, "source": compiled.source, "held": held,
             "kernel_names": compiled.kernel_names, "fallbacks": compiled.fallbacks,
             "fusion_log": compiled.fusion_log,
-            "warm_ups": [_warm_up(w) for w in warm_ups],
-            "device": _device(gm), "guards": self.guards(key),
+            "warm_ups": [_warm_up(w) for w in warm_ups], "device": _device(gm),
         }  # fmt: skip
+        try:
+            entry["guards"] = self.guards(key)
+        except GuardsFail as why:
+            counters["not kept"] += 1
+            log.debug("minductor: graph cache: not kept: %s", why)
+            return
         if keep(_path(key), entry, "graph"):
             used["graphs"].add(key)
 
 
     def guards(self, key: str) -> str | None:
         """What the compile assumed about a graph's symbolic sizes, as an expression
-        over its inputs (None for static sizes)."""
+        over its inputs (None for static sizes). Raises GuardsFail where the ShapeEnv
+        cannot write them over the inputs alone (a backward's size saved from the
+        forward, say, has no input to come from): such a graph is not kept."""
         found = self.sizes.pop(key, None)
         if found is None:
             return None
         inputs, shape_env = found
-        return shape_env.produce_guards_expression(inputs)
+        try:
+            return shape_env.produce_guards_expression(inputs)
+        except Exception as why:  # noqa: BLE001  (never the compile's failure)
+            raise GuardsFail(f"its guards cannot be written down: {why!r}") from why
 
     def check(self, key: str, guards: str | None) -> None:
         """Raise GuardsFail unless an entry's guards hold for this compile's sizes; if

@@ -20,7 +20,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from minductor.config import config, settings
 from minductor.decompositions import decomposition_table
-from minductor.lowering import CannotCompile, GraphLowering
+from minductor.lowering import CannotCompile, GraphLowering, UnprovenSize
 from minductor.pipeline import PIPELINE
 from minductor.runtime import interpret_mode, load_module, precompile
 from minductor.sizevars import NoHint
@@ -99,7 +99,7 @@ def compile_fx(
         return _eager(gm, f"cannot compile: {why}")
     except NoHint as why:  # a size read from the data, needed as a number (chapter 4)
         return _eager(gm, f"a size read from the data: {why}")
-    except TypeError as why:  # int(s0), or an unbound symbol
+    except (TypeError, UnprovenSize) as why:  # int(s0), a size not proven eager's
         if shape_env is None:
             raise  # with static sizes this is a bug, not a limitation
         return _eager(gm, f"dynamic shapes: {why}")

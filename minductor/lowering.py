@@ -73,6 +73,10 @@ class CannotCompile(NotImplementedError):
     """Raised for a graph that cannot be compiled at all; it then runs with ATen."""
 
 
+class UnprovenSize(NotImplementedError):
+    """A symbolic size equal to eager's at the hints, not proven equal for all sizes."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Opaque:
     """A graph input that is an object, not a tensor or a number (a process group):
@@ -716,15 +720,16 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(meta, torch.Tensor):
             return
         size, expected = box.get_size(), as_exprs(meta.shape)
+        settle = self.sizevars.settle_min_max  # Max(0, s0) is s0 for a size s0 >= 0
         same = len(size) == len(expected) and all(
-            sympy.expand(a - b) == 0 for a, b in zip(size, expected)
+            sympy.expand(settle(a) - b) == 0 for a, b in zip(size, expected)
         )
         if same and box.get_dtype() == meta.dtype:
             return
         hints = self.sizevars.size_hints
         if box.get_dtype() == meta.dtype and len(size) == len(expected):
             if hints(size) == hints(expected):  # equal for these sizes, maybe not all
-                raise NotImplementedError(
+                raise UnprovenSize(
                     f"cannot prove that {n.target}'s size {list(size)} is eager's "
                     f"{list(expected)}"
                 )

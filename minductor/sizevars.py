@@ -253,6 +253,23 @@ class SizeVarAllocator:
         return sympy.sympify(expr).free_symbols <= self.var_to_hint.keys()
 
 
+    def settle_min_max(self, expr: sympy.Expr) -> sympy.Expr:
+        """expr with each Min and Max whose arguments the ranges order replaced by the
+        one it picks: Max(0, s0) is s0 where s0 >= 0, Min(2, s0) is 2 where s0 >= 2."""
+
+        def settle(e: sympy.Expr) -> sympy.Expr:
+            pick = e.args[0]
+            for a in e.args[1:]:
+                low, high = (a, pick) if isinstance(e, sympy.Min) else (pick, a)
+                if self.statically_known_leq(low, high):
+                    pick = low if isinstance(e, sympy.Min) else high
+                elif not self.statically_known_leq(high, low):
+                    return e  # not ordered everywhere: kept
+            return pick
+
+        minmax = (sympy.Min, sympy.Max)
+        return sympy.sympify(expr).replace(lambda e: isinstance(e, minmax), settle)
+
     def statically_known_equals(self, a: sympy.Expr, b: sympy.Expr) -> bool:
         return self._known_nonneg(a - b) and self._known_nonneg(b - a)
 

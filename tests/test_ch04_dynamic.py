@@ -395,3 +395,11 @@ def test_no_overlap_at_hints_refuses_broadcasts_and_sizes_without_hints():
     assert check((2, s0, 8), (8 * s0, 0, 1)) is False  # a broadcast: shares memory
     assert check((2, 1, 8), (8, 0, 1))  # a stride of a size-1 dim is never used
     assert check((2, s1, 8), (8 * s1, 8, 1)) is False  # s1 has no hint
+
+
+@pytest.mark.parametrize("split", [torch.hsplit, torch.vsplit, torch.dsplit])
+def test_sizes_that_min_and_max_of_a_range_settle_compile(split):
+    """A split at [1, 2]: the middle piece's size is Min(2, s0) - 1 to the lowering and
+    1 to eager, equal for every size the ranges allow (s0 >= 2): the graph compiles."""
+    graph = run_dynamic(lambda x: split(x, [1, 2])[1] * 2, lambda n: (torch.randn(n, n, n),))
+    assert graph.kernel_names  # compiled, not run with ATen

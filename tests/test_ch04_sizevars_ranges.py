@@ -520,3 +520,27 @@ def test_texpr_indices_compute_the_same_in_triton(tmp_path):
     for k, e in enumerate(exprs):
         want = [_value(e, {x: v, a: va, b: vb}) for v in range(n)]
         assert got[k] == want, (k, texpr(e))
+
+
+@pytest.mark.parametrize("expr_text, lo, settled", [
+    ("Max(0, s)", 0, "s"),  # ordered from s's lowest value on
+    ("Max(0, s)", -3, None),  # s may be below 0: kept
+    ("Min(2, s) - 1", 2, "1"),  # hsplit of a size known to be at least 2
+    ("Min(2, s) - 1", 1, None),  # s may be 1: kept
+    ("Max(0, s + t + 1)", 0, "s + t + 1"),
+    ("Min(s, s + 3)", -5, "s"),  # ordered for every s
+    ("Max(1, Min(s, 4))", 1, "Min(4, s)"),  # the inner one is not ordered
+])  # fmt: skip
+def test_settle_min_max_agrees_with_evaluation_across_the_edge(expr_text, lo, settled):
+    s, t = sympy.symbols("s t", integer=True)
+    sv = SizeVarAllocator(var_to_range={s: (lo, 64), t: (0, 8)})
+    expr = sympy.sympify(expr_text, locals={"s": s, "t": t})
+    got = sv.settle_min_max(expr)
+    if settled is None:
+        assert got == expr
+    else:
+        assert got == sympy.sympify(settled, locals={"s": s, "t": t})
+    for sv_value in range(lo, lo + 8):  # across the range's lower edge
+        for tv in (0, 3, 8):
+            at = {s: sv_value, t: tv}
+            assert got.xreplace(at) == expr.xreplace(at), (at, got, expr)

@@ -661,3 +661,19 @@ def test_guards_are_checked_on_the_sizes_as_numbers():
     assert (hinted.shape, hinted.stride(), hinted.storage_offset()) == \
         (real.shape, real.stride(), real.storage_offset())  # fmt: skip
     assert cache._hinted(fake.shape[1]) == 5
+
+
+def test_a_graph_whose_guards_cannot_be_written_down_compiles_and_is_not_kept(on):
+    """A number Dynamo traced as a symbol (softshrink's lambda, a float) is no input
+    of the graph: the ShapeEnv cannot write its guards over the inputs, so the graph
+    is not kept, and the compile goes on."""
+    x = torch.randn(5, 5)
+
+    def fn(x, lambd):
+        return torch.nn.functional.softshrink(x, lambd)
+
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    out = torch.compile(fn, backend="minductor", dynamic=True)(x, 0.0)
+    torch.testing.assert_close(out, fn(x, 0.0))
+    assert (cache.counters - before)["not kept"] >= 1

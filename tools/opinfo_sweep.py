@@ -32,6 +32,7 @@ Usage (CPU: minductor's kernels run in Triton's interpreter, so it is slow):
       --no-backward --jobs 2 --json /tmp/sweep.json
   python tools/opinfo_sweep.py --ops nn.functional.gelu --exact -v   # one op, details
   python tools/opinfo_sweep.py --report /tmp/sweep.json              # re-print a run
+  python tools/opinfo_sweep.py --dynamic --dtypes float32 --jobs 2     # symbolic sizes
 
 Cases run in worker processes (--jobs N, default 1; --jobs 0 runs in this process), so
 a segfault or a hang (--timeout, per case) costs one case, not the sweep.
@@ -147,6 +148,7 @@ def _uncompared(name: str, out):
 
 
 GPU_COMPILE_ENV = "MINDUCTOR_SWEEP_GPU_COMPILE"
+DYNAMIC_ENV = "MINDUCTOR_SWEEP_DYNAMIC"  # compile with dynamic=True (--dynamic)
 
 
 def full_name(op) -> str:
@@ -651,7 +653,8 @@ def run_case(
             phase = "forward"
             torch._dynamo.reset()
             torch.manual_seed(seed)
-            compiled = torch.compile(call, backend=backend, dynamic=False)
+            dynamic = os.environ.get(DYNAMIC_ENV) == "1"
+            compiled = torch.compile(call, backend=backend, dynamic=dynamic)
             try:
                 with tracker:
                     c_out = compiled(c_in)
@@ -1146,6 +1149,10 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu-compile", action="store_true",
         help="also compile every minductor kernel for an H100 (no GPU needed)",
     )  # fmt: skip
+    p.add_argument(
+        "--dynamic", action="store_true",
+        help="compile with dynamic=True: sizes as symbols",
+    )  # fmt: skip
     # internal: a worker process
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result-fd", type=int, help=argparse.SUPPRESS)
@@ -1163,6 +1170,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.gpu_compile:  # the workers inherit it
         os.environ[GPU_COMPILE_ENV] = "1"
+    if args.dynamic:  # so do they this
+        os.environ[DYNAMIC_ENV] = "1"
     if "minductor" in args.backends:
         import minductor  # noqa: F401
     cases = enumerate_cases(args.dtypes, args.ops, args.exact, args.device)
