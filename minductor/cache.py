@@ -37,6 +37,7 @@ from minductor.runtime import (
     interpret_mode,
     load_module,
     precompile,
+    span,
     write_whole,
 )
 
@@ -317,8 +318,8 @@ def _hinted(x):
         return value(x)
     size, stride = [value(s) for s in x.shape], [value(s) for s in x.stride()]
     offset = value(x.storage_offset())
-    span = offset + (1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else 0)
-    return torch.empty(span, dtype=x.dtype, device="meta").as_strided(size, stride, offset)
+    memory = torch.empty(offset + span(size, stride), dtype=x.dtype, device="meta")
+    return memory.as_strided(size, stride, offset)
 
 
 def keep(path: Path, entry: dict, which: str) -> bool:

@@ -493,14 +493,19 @@ def restride(
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def span(size, stride) -> int:
+    """The elements a tensor of this layout reaches, from its first: 0 if it is empty."""
+    return 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else 0
+
+
 def aligned(t: torch.Tensor) -> torch.Tensor:
     """t if its memory starts on 16 bytes, else a copy of it that does, with the same
     strides (the same bytes, copied whole: strides of 0 and overlaps are kept)."""
     if t.data_ptr() % 16 == 0 or t.numel() == 0:
         return t
-    span = 1 + sum((n - 1) * st for n, st in zip(t.size(), t.stride()))
-    fresh = torch.empty(span, dtype=t.dtype, device=t.device)
-    fresh.copy_(torch.as_strided(t, (span,), (1,)))
+    n = span(t.size(), t.stride())
+    fresh = torch.empty(n, dtype=t.dtype, device=t.device)
+    fresh.copy_(torch.as_strided(t, (n,), (1,)))
     log.debug("an input at an address not 16-byte aligned: copied")
     return fresh.as_strided(t.size(), t.stride())
 
@@ -520,7 +525,7 @@ def with_scratch() -> None:
 
 
 def rand_strided(size, stride, device="cpu", dtype=torch.float32) -> torch.Tensor:
-    needed = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    needed = span(size, stride)
     if dtype.is_floating_point:
         storage = torch.randn(needed, device=device, dtype=dtype)
     elif dtype == torch.bool:
@@ -708,6 +713,6 @@ def _example(size, stride, dtype, device) -> torch.Tensor:
     """An input with this layout: random floats, zeros otherwise (maybe indices)."""
     if dtype.is_floating_point:
         return rand_strided(size, stride, device, dtype)
-    needed = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    needed = span(size, stride)
     storage = torch.zeros(needed, dtype=dtype, device=device)
     return torch.as_strided(storage, size, stride)
