@@ -459,7 +459,7 @@ def test_a_graph_with_collectives_checks_the_ranks_on_its_first_call_only(
 
 # --- two processes ------------------------------------------------------------------
 
-FAST = ("collectives", "mismatch", "tp")
+FAST = ("collectives", "mismatch", "tp", "tp_llama")
 SLOW = ("block", "ddp", "fsdp2")
 
 
@@ -731,6 +731,176 @@ def _scenario_tp(rank: int, report) -> None:
     report("tp collectives", 0.0, not fallbacks and len(reduces) >= 2)
 
 
+# --- a tensor-parallel Llama block ----------------------------------------------------
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        x32 = x.float()
+        scale = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * scale).type_as(x) * self.weight
+
+
+def _rotate(x, cos, sin):  # x (B, S, H, D); cos, sin (S, D)
+    first, second = x.chunk(2, dim=-1)
+    rotated = torch.cat([-second, first], dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def rotary_tables(seq: int, head_dim: int, base: float = 10000.0):
+    freqs = 1.0 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    angles = torch.outer(torch.arange(seq).float(), freqs)  # (S, D/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (S, D)
+    return angles.cos(), angles.sin()
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.head_dim = d // heads
+        self.q, self.k, self.v, self.o = (
+            torch.nn.Linear(d, d, bias=False) for _ in range(4)
+        )
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        # ColwiseParallel hands back local columns: -1 is this rank's number of heads
+        q = self.q(x).view(b, s, -1, self.head_dim)
+        k = self.k(x).view(b, s, -1, self.head_dim)
+        v = self.v(x).view(b, s, -1, self.head_dim)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D)
+        att = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(att.transpose(1, 2).reshape(b, s, -1))
+
+
+class SwiGLU(torch.nn.Module):
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate = torch.nn.Linear(d, hidden, bias=False)
+        self.up = torch.nn.Linear(d, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class LlamaBlock(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 4, hidden: int = 24, seq: int = 5):
+        super().__init__()
+        self.attention_norm, self.mlp_norm = RMSNorm(d), RMSNorm(d)
+        self.attention, self.mlp = Attention(d, heads), SwiGLU(d, hidden)
+        cos, sin = rotary_tables(seq, d // heads)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x), self.cos, self.sin)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+LLAMA_PLAN = {
+    **{f"attention.{n}": "colwise" for n in "qkv"},
+    "attention.o": "rowwise",
+    "mlp.gate": "colwise",
+    "mlp.up": "colwise",
+    "mlp.down": "rowwise",
+}
+
+
+def parallelize_llama(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """Llama's usual plan: q, k, v, gate and up split by output columns (each rank
+    holds whole heads), o and down by input rows (their outputs all-reduced)."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    style = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    plan = {name: style[how]() for name, how in LLAMA_PLAN.items()}
+    return parallelize_module(model, mesh, plan)
+
+
+def _full(grad):
+    """A parameter's gradient, whole: a DTensor's shards gathered, a plain one as is."""
+    return grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+
+
+def _scenario_tp_llama(rank: int, report) -> None:
+    """A Llama block (RMSNorm, rotary q and k, causal attention, SwiGLU), 2-way tensor
+    parallel; one forward and one backward graph, every collective ours, and the same
+    values with the overlap pass off."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import minductor
+    from minductor.capture import record_compiled
+
+    def run(compiled: bool, overlap: bool = True):
+        torch.manual_seed(0)
+        model = parallelize_llama(LlamaBlock(), init_device_mesh("cpu", (2,)))
+        x = torch.randn(2, 5, 16, requires_grad=True)  # the same on both ranks
+        fn = model
+        if compiled:
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()  # reset() keeps Dynamo's counts
+            fn = torch.compile(model, backend="minductor")
+        knobs = {"reorder_for_overlap": overlap}
+        with record_compiled() as graphs, minductor.config.patch(knobs):
+            out = fn(x)
+            out.pow(2).sum().backward()
+        grads = [_full(p.grad) for p in model.parameters()]
+        made = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        return out, x.grad, grads, graphs, made
+
+    assert minductor.config.reorder_for_overlap  # on unless switched off
+    o0, x0, g0, _, _ = run(False)
+    o1, x1, g1, graphs, made = run(True)
+    one_graph = made == 1 and len(graphs) == 2  # Dynamo's one graph: forward, backward
+    report("tp_llama out", _close(o1, o0), one_graph)
+    report("tp_llama grad x", _close(x1, x0), True)
+    report("tp_llama grads", max(_close(a, b) for a, b in zip(g1, g0)), len(g1) == 9)
+    fallbacks = [f for g in graphs for f in g.fallbacks]
+    # forward: o's and down's outputs summed; backward: the input gradient of each
+    # column-parallel layer (q, k, v, gate, up), a partial sum on each rank
+    reduces = [len(re.findall(r"all_reduce_?\.default\(", _call_of(g))) for g in graphs]
+    report("tp_llama collectives", 0.0, not fallbacks and reduces == [2, 5])
+    on = _overlapped(_call_of(graphs[-1]))  # the backward's
+    o2, x2, g2, graphs, _ = run(True, overlap=False)
+    same = torch.equal(o2, o1) and torch.equal(x2, x1)
+    same = same and all(torch.equal(a, b) for a, b in zip(g2, g1))
+    off = _overlapped(_call_of(graphs[-1]))
+    moved = on > 0 and off == 0  # the pass at work, and on by default
+    report("tp_llama overlap off", _close(o2, o0), same and moved and len(graphs) == 2)
+
+
+def _call_of(graph) -> str:
+    """A compiled graph's call(), without the benchmark that follows it."""
+    source = graph.source
+    return source[source.index("def call(") : source.index("def benchmark")]
+
+
+def _overlapped(call: str) -> int:
+    """How many matmuls and kernels a graph runs while some collective is in flight:
+    between the line that starts it and the line that waits for it."""
+    lines = call.splitlines()
+    inflight, count = set(), 0
+    for line in lines:
+        started = re.match(r"\s*(buf\d+) = torch\.ops\._c10d_functional\.", line)
+        waited = re.search(r"wait_tensor\((buf\d+),", line)
+        if started:
+            inflight.add(started.group(1))
+        elif waited:
+            inflight.discard(waited.group(1))
+        elif inflight and re.search(r"extern_kernels\.\w*mm\(|launch_triton_", line):
+            count += 1
+    return count
+
+
 def _worker(rank: int, world_size: int, store_path: str, out: str, scenarios: str):
     import datetime
 
@@ -788,7 +958,9 @@ def _run_two(scenarios, timeout: float = 240) -> list[dict]:
 
 CHECKS_FAST = [f"collective {name}" for name in OPS] + [
     "all_reduce read again", "all_reduce of the input",
-    "mismatch", "tp out", "tp grad x", "tp grads", "tp collectives"]  # fmt: skip
+    "mismatch", "tp out", "tp grad x", "tp grads", "tp collectives",
+    *(f"tp_llama {what}" for what in ("out", "grad x", "grads", "collectives",
+                                      "overlap off"))]  # fmt: skip
 CHECKS_SLOW = [
     "block loss", "block grad x", "block grad q", "block grad k", "block grad v",
     "block grad up", "block grad down", "ddp loss", "ddp grads",

@@ -1,5 +1,6 @@
 """Chapter 28 on two GPUs of one host (or a group of one on one GPU), with NCCL: compiled collectives, a
-sequence-parallel block, DDP, and the overlap pass, against eager (and Inductor).
+sequence-parallel block, DDP, the overlap pass, and a tensor-parallel Llama block,
+against eager (and Inductor).
 
     python tools/many_gpus.py [--json OUT.json]
 
@@ -15,6 +16,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -226,6 +228,88 @@ def overlap(rank: int, out: dict) -> None:
     out["overlap calls"] = {"off": calls[0], "on": calls[1]}
 
 
+def tp_llama(rank: int, out: dict) -> None:
+    """The gloo test's tensor-parallel Llama block at a real size, in bf16: loss and
+    gradients against eager, one Dynamo graph (a forward and a backward), every
+    collective ours, and the step time (forward and backward) of eager, minductor with
+    the overlap pass on and off, and Inductor."""
+    import sys
+    from pathlib import Path
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import minductor  # noqa: F401
+    from minductor.capture import record_compiled
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_ch28_distributed import (
+        LlamaBlock,
+        _call_of,
+        _full,
+        _overlapped,
+        parallelize_llama,
+    )
+
+    d, heads, hidden, seq = 4096, 32, 11008, 2048  # Llama 2 7B's layer, 2048 tokens
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    torch.manual_seed(1)  # the same input on every rank: attention's is replicated
+    x = torch.randn(1, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    compilers = {
+        "eager": None,
+        "minductor": ("minductor", {"reorder_for_overlap": True}),
+        "minductor, overlap off": ("minductor", {"reorder_for_overlap": False}),
+        "inductor": ("inductor", None),
+    }
+    results, steps = {}, {}
+    found = out["tp_llama"] = {}  # one entry: its errors are bf16's, not float32's
+    for how, compiler in compilers.items():
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            block = LlamaBlock(d, heads, hidden, seq).to(torch.bfloat16)
+        model = parallelize_llama(block, mesh)
+        run = model
+        if compiler is not None:
+            backend, options = compiler  # no reset: the variants timed below stay
+            run = torch.compile(model, backend=backend, options=options)
+        torch._dynamo.utils.counters.clear()
+
+        def step(run=run, model=model):
+            loss = run(x).float().pow(2).mean()
+            loss.backward()
+            grads = [p.grad for p in model.parameters()]
+            for p in model.parameters():
+                p.grad = None
+            grad_x, x.grad = x.grad, None
+            return loss, grad_x, grads
+
+        with record_compiled() as graphs:
+            loss, grad_x, grads = step()
+        results[how] = (loss, grad_x, [_full(g) for g in grads])
+        steps[how] = step
+        if compiler is None:
+            continue
+        made = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        entry = {"dynamo graphs": made}
+        if backend == "minductor":
+            calls = [_call_of(g) for g in graphs]
+            entry |= {
+                "compiled graphs": len(graphs),
+                "fallbacks": [str(f) for g in graphs for f in g.fallbacks],
+                "all_reduces": [
+                    len(re.findall(r"all_reduce_?\.default\(", c)) for c in calls],
+                "run while a collective is in flight": [_overlapped(c) for c in calls],
+            }  # fmt: skip
+        ref = results["eager"]
+        entry["error"] = {
+            "loss": _close(loss, ref[0]),
+            "grad x": _close(grad_x, ref[1]),
+            "grads": max(_close(a, b) for a, b in zip(results[how][2], ref[2])),
+        }
+        found[how] = entry
+    results.clear()
+    found["step ms"] = _timed(steps)
+
+
 def failing_rank(rank: int, out: dict) -> None:
     """Both ranks run a compiled step; then rank 1 stops, as a failed rank would. Rank
     0's next step waits until its group's timeout (5 s): the error it gets (or NCCL's
@@ -255,7 +339,7 @@ def failing_rank(rank: int, out: dict) -> None:
     print(json.dumps(out["failing_rank"]), flush=True)
 
 
-PARTS = ("collectives", "block", "ddp", "overlap", "mismatch")
+PARTS = ("collectives", "block", "ddp", "overlap", "tp_llama", "mismatch")
 
 
 def worker(rank: int, world_size: int, store_path: str, result: str,
