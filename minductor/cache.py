@@ -26,6 +26,7 @@ from minductor.capture import (
     CompiledGraph,
     GraphKind,
     _observers,
+    _shape_env,
     aot_caches,
     graph_caches,
 )
@@ -340,31 +341,48 @@ GRAPHS = GraphCache()
 graph_caches.register(GRAPHS, chapter=27, name="graph_cache")
 
 
-def why_not_wired(gm, example_inputs) -> str | None:
+def why_not_wired(gm, example_inputs, needs_grad: bool) -> str | None:
     """Why the wiring of a Dynamo graph cannot be kept (None: it can)."""
     if not config.graph_cache:
         return "the graph cache is off (config.graph_cache)"
+    tensors = [x for x in example_inputs if not isinstance(x, torch.SymInt)]
     if not all(type(x) in (torch.Tensor, torch.nn.Parameter)
-               and x.layout == torch.strided for x in example_inputs):  # fmt: skip
-        return "an input is not a plain dense tensor (a size, a list, a subclass)"
-    if any(isinstance(s, torch.SymInt) for x in example_inputs for s in x.shape):
-        return "sizes are symbols"
-    storages = [x.untyped_storage()._cdata for x in example_inputs]
+               and x.layout == torch.strided for x in tensors):  # fmt: skip
+        return "an input is not a plain dense tensor or a size (a list, a subclass)"
+    inputs = symbolic_inputs(gm, example_inputs)
+    shape_env = _shape_env(inputs)
+    if shape_env is not None and needs_grad:
+        return "sizes are symbols, and a backward would be wired with them"
+    if shape_env is not None and not all(map(_has_hints, inputs)):
+        return "a size read from the data, with no value to check guards on"
+    storages = [x.untyped_storage()._cdata for x in tensors]
     if len(set(storages)) < len(storages):
         return "two inputs share memory"
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         return "the graph holds parameters of its own"
     if torch._C._is_any_autocast_enabled():
         return "autocast is on"
-    return why_not_kept(None)
+    return why_not_kept(shape_env)
+
+
+def symbolic_inputs(gm, example_inputs) -> list:
+    """The inputs as Dynamo traced them: a tensor whose sizes are symbols is a fake
+    tensor of the placeholder, the real one has numbers."""
+    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(values) != len(example_inputs):
+        return list(example_inputs)
+    return [v if isinstance(v, (torch.Tensor, torch.SymInt)) else x
+            for v, x in zip(values, example_inputs)]  # fmt: skip
 
 
 def aot_key(gm, example_inputs, needs_grad: bool) -> str:
     traced = torch._functorch.config.get_config_copy()
+    inputs = symbolic_inputs(gm, example_inputs)
     return _hash({
         "dynamo graph": gm.code,
-        "inputs": [[*_tensor(x, False), x.requires_grad, type(x).__name__]
-                   for x in example_inputs],
+        "inputs": [[*_tensor(s, False), x.requires_grad, type(x).__name__]
+                   if isinstance(x, torch.Tensor) else _other(s)
+                   for x, s in zip(example_inputs, inputs)],  # sizes from s: symbols
         "held": _held(gm),
         "grad": [needs_grad, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
                  torch.are_deterministic_algorithms_enabled()],
@@ -458,21 +476,31 @@ def _aot_path(key: str) -> Path:
 
 
 class AotCache:
+    def __init__(self):
+        self.sizes: dict[str, tuple] = {}  # as GraphCache.sizes, for Dynamo's graph
+
     def key(self, gm, example_inputs, needs_grad) -> str | None:
-        why = why_not_wired(gm, example_inputs)
+        why = why_not_wired(gm, example_inputs, needs_grad)
         if why is not None:
             counters["aot not kept"] += 1
             log.debug("minductor: aot cache: not kept: %s", why)
             return None
-        return aot_key(gm, example_inputs, needs_grad)
+        key = aot_key(gm, example_inputs, needs_grad)
+        inputs = symbolic_inputs(gm, example_inputs)
+        if _shape_env(inputs) is not None:
+            self.sizes[key] = (inputs, _shape_env(inputs))
+        return key
 
     def load(self, key: str, gm):
         path = _aot_path(key)
+        sizes = self.sizes.pop(key, None)
         try:
             entry = json.loads(path.read_text())
             assert entry["key"] == key, "another key inside"
             keys = [entry["forward"], entry["backward"]]
             w = entry["wiring"]
+            if sizes is not None:  # the forward's guards, checked on Dynamo's inputs
+                GRAPHS.sizes[keys[0]] = sizes
         except (FileNotFoundError, NotADirectoryError):
             counters["aot miss"] += 1
             log.info("minductor: aot cache miss %s", key[:12])
@@ -484,10 +512,11 @@ class AotCache:
             return None
         try:  # a graph that is gone or damaged: the graph cache will say which
             graphs = [GRAPHS.read(k, None) if k else None for k in keys]
-        except Exception:
+        except Exception as error:
+            GRAPHS.sizes.pop(keys[0], None)
             counters["aot miss"] += 1
-            log.info("minductor: aot cache miss %s (a graph of it is not whole)",
-                     key[:12])
+            why = error if isinstance(error, GuardsFail) else "a graph of it is not whole"
+            log.info("minductor: aot cache miss %s (%s)", key[:12], why)
             return None
         for k, graph in zip(keys, graphs):
             if graph is not None:

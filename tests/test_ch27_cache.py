@@ -677,3 +677,42 @@ def test_a_graph_whose_guards_cannot_be_written_down_compiles_and_is_not_kept(on
     out = torch.compile(fn, backend="minductor", dynamic=True)(x, 0.0)
     torch.testing.assert_close(out, fn(x, 0.0))
     assert (cache.counters - before)["not kept"] >= 1
+
+
+
+def test_an_inference_graph_with_symbolic_sizes_is_wired_without_tracing(on, no_tracing):
+    """Dynamo's graph with symbols for sizes: the wiring is kept under the symbols,
+    and a new trace at other sizes checks the forward's guards on Dynamo's own
+    inputs, then runs without AOTAutograd."""
+    run_dynamic(torch.randn(7, 100))
+    no_tracing()
+    _, lines = run_dynamic(torch.randn(9, 200))
+    assert lines["aot hit"] == 1 and hits(lines) == 1 and misses(lines) == 0
+    (entry,) = [json.loads(p.read_text()) for p in (on / "aot").glob("*.json")]
+    assert entry["backward"] is None  # inference: the forward alone
+
+
+def test_guards_of_a_wired_graph_hold_dynamo_to_their_sizes(on, caplog):
+    """After a wired hit, a row past the persistent reduction's limit must not reuse
+    the hit: Dynamo got the guard and compiles again, and the wiring's lookup misses
+    on the guards, not on the key."""
+    run_dynamic(torch.randn(7, 100))
+    compiled, lines = run_dynamic(torch.randn(9, 200))
+    assert lines["aot hit"] == 1
+    x = torch.randn(9, 5000)
+    before = cache.counters.copy()
+    with caplog.at_level("INFO", logger="minductor"):
+        torch.testing.assert_close(compiled(x), _rows(x), atol=1e-3, rtol=1e-4)
+    lines = cache.counters - before
+    assert lines["aot miss"] == 1 and misses(lines) == 1 and lines["aot hit"] == 0
+    assert "its guards do not hold for these sizes" in caplog.text
+
+
+def test_a_training_graph_with_symbolic_sizes_is_traced_and_says_why(on, caplog):
+    x = torch.randn(7, 100, requires_grad=True)
+    with caplog.at_level("DEBUG", logger="minductor"):
+        torch._dynamo.reset()
+        out = torch.compile(_rows, backend="minductor", dynamic=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    assert "a backward would be wired with them" in caplog.text
