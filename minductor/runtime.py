@@ -80,6 +80,7 @@ class Launcher:
         self.device = -1  # the CUDA device it was built and loaded on
         self.pointers: tuple[int, ...] = ()  # positions of the tensor arguments
         self.dtypes: tuple[torch.dtype, ...] = ()  # their types, the binary's
+        self.static: tuple | None = None  # how torch's launcher launches it, if it can
 
     def __call__(self, *args) -> None:
         if self.interpret:
@@ -94,9 +95,15 @@ class Launcher:
                 if a.data_ptr() % 16 or a.dtype is not dtype:
                     break  # unaligned, or other types: not the binary's
             else:
+                stream = torch._C._cuda_getCurrentRawStream(self.device)
+                if self.static is not None:  # torch's launcher (below)
+                    function, warps, shared, types, extra = self.static
+                    _static_launch(function, *self.grid3, warps, shared, types,
+                                   args + extra, stream)  # fmt: skip
+                    return
                 b.run(
                     *self.grid3,
-                    torch._C._cuda_getCurrentRawStream(self.device),
+                    stream,
                     b.function,
                     b.packed_metadata,
                     None,  # launch metadata
@@ -106,16 +113,16 @@ class Launcher:
                     *self.blocks.values(),
                 )
                 return
+        if self.binary is None and self.adopt(args):
+            self(*args)  # the binary is in place, loaded by torch's launcher
+            return
         self.pointers = tuple(
             i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
         )
         aligned = all(args[i].data_ptr() % 16 == 0 for i in self.pointers)
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and self.binary is None and _has_direct_launch(binary):
-            self.binary = binary
-            self.dtypes = tuple(args[i].dtype for i in self.pointers)
-            self.device = _current_device()
-            self.grid3 = self.grid + (1,) * (3 - len(self.grid))
+            self.keep(binary, args, None)
 
 
     def named(self, *args) -> None:
@@ -133,9 +140,38 @@ class Launcher:
         binary = self.kernel.warmup(
             *args, grid=self.grid, **self.blocks, num_warps=self.num_warps
         )
+        if self.adopt(args, binary):
+            return  # loaded by torch's launcher, and kept for the launches
         load = getattr(binary, "_init_handles", None)
         if load is not None:  # on the GPU, with its launcher built
             load()
+
+    def adopt(self, args, binary=None) -> bool:
+        """Keep the binary for these arguments (compiled or found now if not given),
+        loaded by torch's launcher, where that launcher can launch it: a binary for
+        aligned pointers, on the GPU. False: nothing kept, Triton launches it."""
+        pointers = [a for a in args if isinstance(a, torch.Tensor)]
+        if self.interpret or not static_launch_here(pointers):
+            return False
+        if binary is None:
+            binary = self.kernel.warmup(
+                *args, grid=self.grid, **self.blocks, num_warps=self.num_warps
+            )
+        static = load_static(binary, len(args), _current_device())
+        if static is not None:
+            self.keep(binary, args, static)
+        return static is not None
+
+    def keep(self, binary, args, static: tuple | None) -> None:
+        """Take the direct path from now on, with this binary."""
+        self.pointers = tuple(
+            i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+        )
+        self.dtypes = tuple(args[i].dtype for i in self.pointers)
+        self.device = _current_device()
+        self.grid3 = self.grid + (1,) * (3 - len(self.grid))
+        self.static = static
+        self.binary = binary  # last: another thread may be reading the rest
 
 
 # read at every launch: torch sets it while a profiler runs
@@ -261,9 +297,16 @@ class CallSite:
                 if buffers[i].data_ptr() % 16:
                     break  # not what the binary was compiled for
             else:
+                stream = _raw_stream(launcher.device)
+                static = launcher.static
+                if static is not None:  # torch's launcher
+                    function, warps, shared, types, extra = static
+                    _static_launch(function, *self.grid3, warps, shared, types,
+                                   buffers + self.sizes + extra, stream)  # fmt: skip
+                    return
                 b.run(
                     *self.grid3,
-                    _raw_stream(launcher.device),
+                    stream,
                     b.function,
                     b.packed_metadata,
                     None,  # launch metadata
@@ -305,7 +348,7 @@ class SizedSite:
         # how the blocks are chosen per call (the source names it: 'inner'), or None
         self.per_call = None if per_call is None else PerCallBlocks(per_call)
         self.check = check  # positions of the buffers that may be unaligned
-        # (blocks, warps, classes of the integers) -> (binary, device, constexprs)
+        # (blocks, warps, integer classes) -> (binary, device, constexprs, static)
         self.binaries: dict[tuple, tuple] = {}
         self.seen: dict[tuple, tuple] = {}  # the integers themselves -> the same
 
@@ -336,15 +379,22 @@ class SizedSite:
         if _autograd_profiler._is_profiler_enabled:  # a launch in a named range
             self.compile_and_launch(None, self.choose(sizes), args, sizes)
             return
-        b, device, constexprs = found
+        b, device, constexprs, static = found
         if _current_device() == device:
             for i in self.check:
                 if args[i].data_ptr() % 16:
                     break  # not what the binary was compiled for
             else:
+                programs = (sizes[0] + constexprs[0] - 1) // constexprs[0]
+                stream = _raw_stream(device)
+                if static is not None:  # torch's launcher
+                    function, warps, shared, types, extra = static
+                    _static_launch(function, programs, 1, 1, warps, shared, types,
+                                   args + sizes + extra, stream)  # fmt: skip
+                    return
                 b.run(
-                    (sizes[0] + constexprs[0] - 1) // constexprs[0], 1, 1,
-                    _raw_stream(device),
+                    programs, 1, 1,
+                    stream,
                     b.function,
                     b.packed_metadata,
                     None,  # launch metadata
@@ -366,7 +416,8 @@ class SizedSite:
         launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"])
         launcher.named(*args, *sizes)
         if key is not None and launcher.binary is not None:
-            found = (launcher.binary, launcher.device, tuple(blocks.values()))
+            found = (launcher.binary, launcher.device, tuple(blocks.values()),
+                     launcher.static)  # fmt: skip
             self.binaries[key] = found
 
     def through(self, launch_fn: Callable) -> Callable:
@@ -426,6 +477,86 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
         "minductor: compiled %d kernels on %d threads in %.2f s",
         len(by_kernel), threads, time.perf_counter() - start,
     )  # fmt: skip
+
+
+_static = getattr(torch._C, "_StaticCudaLauncher", None)  # a CUDA build of torch
+_static_launch = getattr(_static, "_launch_kernel", None)
+
+# Triton's scalar types, as the letters torch's launcher reads
+_STATIC_TYPES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
+                 "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
+                 "fp16": "f", "bf16": "f", "fp32": "f", "fp64": "d"}  # fmt: skip
+
+
+def static_launch_here(pointers: list[torch.Tensor]) -> bool:
+    """Can torch's launcher launch a binary for these pointers?"""
+    if _static is None or not config.static_launch:
+        return False
+    import triton
+
+    hooks = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if hooks is not None and (
+        _hooked(getattr(hooks, "launch_enter_hook", None))
+        or _hooked(getattr(hooks, "launch_exit_hook", None))
+    ):
+        return False  # only Triton's launcher calls them
+    return all(p.is_cuda and p.data_ptr() % 16 == 0 for p in pointers)
+
+
+def _hooked(hook) -> bool:
+    return hook is not None and len(getattr(hook, "calls", (hook,))) > 0
+
+
+def static_types(binary) -> str | None:
+    """One letter per argument the binary takes (constants left out), or None where
+    an argument has no letter."""
+    src = binary.src
+    names = list(src.fn.arg_names)
+
+    def position(k) -> int:  # Triton names arguments, or numbers them in tuples
+        if isinstance(k, str):
+            return names.index(k)
+        return k[0] if isinstance(k, tuple) else k
+
+    constants = {position(k) for k in getattr(src, "constants", {})}
+    letters = []
+    for k, ty in sorted((position(k), ty) for k, ty in src.signature.items()):
+        if ty == "constexpr" or k in constants:
+            continue
+        letter = "O" if ty.startswith("*") else _STATIC_TYPES.get(ty)
+        if letter is None:
+            return None
+        letters.append(letter)
+    return "".join(letters)
+
+
+def load_static(binary, count: int, device: int) -> tuple | None:
+    """Load a binary with torch's launcher, for calls that pass `count` arguments:
+    (function, warps, shared memory, letters, trailing arguments), or None."""
+    meta = getattr(binary, "metadata", None)
+    if meta is None or getattr(meta, "num_ctas", 1) != 1:
+        return None
+    if getattr(meta, "tensordesc_meta", None):
+        return None
+    extra: tuple = ()
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        if hasattr(meta, scratch):
+            if getattr(meta, scratch):
+                return None  # memory per program, which Triton's launcher allocates
+            extra += (None,)  # a null pointer for the parameter the binary has
+    types = static_types(binary)
+    if types is None or len(types) != count:
+        return None
+    cubin = [p for name, p in binary.metadata_group.items() if name.endswith(".cubin")]
+    if not cubin:
+        return None
+    try:
+        loaded = _static._load_kernel(cubin[0], meta.name, meta.shared, device)
+    except Exception as error:  # Triton's launcher will say what is wrong
+        log.debug("minductor: torch's launcher cannot load %s: %s", meta.name, error)
+        return None
+    function = loaded[-3]  # (module,) function, registers, spills
+    return function, meta.num_warps, meta.shared, types + "O" * len(extra), extra
 
 
 def _cpp(name: str, fallback: Callable) -> Callable:

@@ -704,3 +704,196 @@ def test_a_graph_with_numbers_as_cpu_tensors_does_not_wait_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode(0)
     torch.testing.assert_close(out, f(x, 1e-6, 0.5))
+
+
+# --- torch's launcher -----------------------------------------------------------------
+
+
+class _Src:
+    """What Triton's ASTSource holds that static_types reads."""
+
+    def __init__(self, signature, constants=None, names=None):
+        self.signature = signature
+        self.constants = constants or {}
+        self.fn = type("Fn", (), {"arg_names": names or list(signature)})()
+
+
+class _Binary:
+    def __init__(self, src, cubin=True, **meta):
+        fields = dict(num_ctas=1, num_warps=4, shared=96, name="triton_poi_k")
+        fields.update(meta)
+        self.src = src
+        self.metadata = type("Meta", (), fields)()
+        self.metadata_group = {"k.json": "/c/k.json"}
+        if cubin:
+            self.metadata_group["k.cubin"] = "/c/k.cubin"
+
+
+SIGNATURE = {"in_ptr0": "*fp32", "in_ptr1": "*bf16", "out_ptr0": "*i64",
+             "ks0": "i32", "ks1": "i64", "scale": "fp32", "xnumel": "i32",
+             "XBLOCK": "constexpr"}  # fmt: skip
+
+
+def test_static_types_give_one_letter_per_argument_the_binary_takes():
+    assert runtime.static_types(_Binary(_Src(SIGNATURE))) == "OOOilfi"
+    # Triton's constants: keyed by position in tuples, or by name
+    one = _Binary(_Src(SIGNATURE, constants={(6,): 1, (7,): 256}))
+    assert runtime.static_types(one) == "OOOilf"  # xnumel == 1 compiled in
+    named = _Binary(_Src(SIGNATURE, constants={"ks0": 1}))
+    assert runtime.static_types(named) == "OOOlfi"
+    unsigned = {"p": "*u8", "a": "u32", "b": "u64", "c": "i1", "d": "fp64", "e": "i16"}
+    assert runtime.static_types(_Binary(_Src(unsigned))) == "OIKidh"
+    described = dict(SIGNATURE, in_ptr1="tensordesc<bf16[64, 64]>")
+    assert runtime.static_types(_Binary(_Src(described))) is None
+
+
+class _FakeStatic:
+    def __init__(self, fails=False):
+        self.loads, self.launches, self.fails = [], [], fails
+
+    def _load_kernel(self, path, name, shared, device):
+        if self.fails:
+            raise RuntimeError("out of resources")
+        self.loads.append((path, name, shared, device))
+        return ("module", f"function of {name}", 40, 0)
+
+    def _launch_kernel(self, *args):
+        self.launches.append(args)
+
+
+def test_load_static_loads_the_cubin_or_says_why_not(monkeypatch):
+    fake = _FakeStatic()
+    monkeypatch.setattr(runtime, "_static", fake)
+    plain = _Binary(_Src(SIGNATURE))
+    got = runtime.load_static(plain, 7, 3)
+    assert got == ("function of triton_poi_k", 4, 96, "OOOilfi", ())
+    assert fake.loads == [("/c/k.cubin", "triton_poi_k", 96, 3)]
+    # Hopper's binaries: scratch pointers of size 0 are passed as null pointers
+    hopper = _Binary(_Src(SIGNATURE), global_scratch_size=0, profile_scratch_size=0)
+    assert runtime.load_static(hopper, 7, 0)[3:] == ("OOOilfiOO", (None, None))
+    refused = [
+        _Binary(_Src(SIGNATURE), global_scratch_size=128),  # memory per program
+        _Binary(_Src(SIGNATURE), profile_scratch_size=64),
+        _Binary(_Src(SIGNATURE), num_ctas=2),
+        _Binary(_Src(SIGNATURE), tensordesc_meta=[{"block": 64}]),
+        _Binary(_Src(SIGNATURE), cubin=False),
+        _Binary(_Src(SIGNATURE, constants={(6,): 1})),  # the call passes 7, it takes 6
+        None,  # no binary at all
+    ]
+    for binary in refused:
+        assert runtime.load_static(binary, 7, 0) is None
+    assert len(fake.loads) == 2  # nothing loaded for any refused binary
+    monkeypatch.setattr(runtime, "_static", _FakeStatic(fails=True))
+    assert runtime.load_static(plain, 7, 0) is None  # Triton's launcher will say why
+
+
+def test_static_launch_is_only_for_aligned_gpu_pointers_with_the_knob_on(monkeypatch):
+    x = torch.randn(8)
+    monkeypatch.setattr(runtime, "_static", None)
+    assert not runtime.static_launch_here([])  # a torch without CUDA
+    monkeypatch.setattr(runtime, "_static", _FakeStatic())
+    with config.patch({"static_launch": True}):
+        assert runtime.static_launch_here([])
+        assert not runtime.static_launch_here([x])  # on the CPU
+
+    class OnGpu:
+        is_cuda = True
+
+        def __init__(self, address):
+            self.address = address
+
+        def data_ptr(self):
+            return self.address
+
+    with config.patch({"static_launch": True}):
+        assert runtime.static_launch_here([OnGpu(512), OnGpu(1024)])
+        assert not runtime.static_launch_here([OnGpu(512), OnGpu(1028)])
+    with config.patch({"static_launch": False}):
+        assert not runtime.static_launch_here([OnGpu(512)])
+
+
+def test_a_launcher_keeps_a_binary_of_torchs_launcher_and_launches_through_it(
+    monkeypatch,
+):
+    fake = _FakeStatic()
+    monkeypatch.setattr(runtime, "_static", fake)
+    monkeypatch.setattr(runtime, "_static_launch", fake._launch_kernel)
+    monkeypatch.setattr(runtime, "_current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 77,
+                        raising=False)  # fmt: skip
+    monkeypatch.setattr(runtime, "_raw_stream", lambda d: 77)
+    aligned = lambda ps: all(p.data_ptr() % 16 == 0 for p in ps)  # noqa: E731
+    monkeypatch.setattr(runtime, "static_launch_here", aligned)  # CPU tensors here
+
+    class Kernel:
+        __name__ = "fake"
+
+        def __init__(self):
+            self.warmups, self.launches = 0, []
+
+        def warmup(self, *args, grid, **kwargs):
+            self.warmups += 1
+            src = _Src({"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32",
+                        "XBLOCK": "constexpr"})  # fmt: skip
+            return _Binary(src, global_scratch_size=0)
+
+        def __getitem__(self, grid):  # Triton's own launch
+            return lambda *args, **kwargs: self.launches.append((grid, args))
+
+    kernel = Kernel()
+    launcher = runtime.Launcher(kernel, (4,), {"XBLOCK": 256}, 8)
+    launcher.interpret = False
+    base = torch.zeros(1100)
+    x, out = base[:1000], torch.zeros(1000)
+    launcher(x, out, 1000)
+    launcher(x, out, 1000)
+    assert kernel.warmups == 1 and kernel.launches == []
+    assert fake.launches == 2 * [
+        ("function of triton_poi_k", 4, 1, 1, 4, 96, "OOiO", (x, out, 1000, None), 77)
+    ]  # grid, the binary's warps and shared memory, the letters, args, stream
+    launcher(base[1:1001], out, 1000)  # unaligned: Triton's binary and launcher
+    assert len(fake.launches) == 2 and kernel.launches[0][0] == (4,)
+    # a call site on that launcher takes the same way, with its sizes bound
+    site = CallSite(kernel, (1000,), XBLOCK=256, num_warps=8)
+    site.launcher.interpret = False
+    site(x, out)
+    site(x, out)
+    assert fake.launches[-1][5:8] == (96, "OOiO", (x, out, 1000, None))
+    assert len(fake.launches) == 4 and kernel.warmups == 2
+
+
+@pytest.mark.cuda
+def test_compiled_graphs_launch_through_torchs_launcher_and_agree(monkeypatch):
+    """Pointwise, reduction, a size of 1 (compiled into the binary: Triton launches
+    it), symbolic sizes: each equal to eager, torch's launcher used where it can."""
+    launched = []
+    real = runtime._static_launch
+
+    def counting(*args):
+        launched.append(args[7])  # the letters
+        return real(*args)
+
+    monkeypatch.setattr(runtime, "_static_launch", counting)
+    scale = 1.0 + uuid.uuid4().int % 10**6 / 1e7  # kernels new to this process
+
+    def f(x, y):
+        return (x * scale).sin() + y, (x - scale).sum(-1), x[:1, :1].cos() * scale
+
+    x, y = torch.randn(33, 65, device="cuda"), torch.randn(65, device="cuda")
+    for on in (True, False):
+        torch._dynamo.reset()
+        launched.clear()
+        fn = torch.compile(f, backend="minductor", options={"static_launch": on})
+        for _ in range(2):
+            for got, want in zip(fn(x, y), f(x, y), strict=True):
+                torch.testing.assert_close(got, want)
+        assert bool(launched) == on
+    torch._dynamo.reset()
+    launched.clear()
+    fn = torch.compile(f, backend="minductor", dynamic=True,
+                       options={"static_launch": True})  # fmt: skip
+    for rows in (33, 17, 40):
+        x = torch.randn(rows, 65, device="cuda")
+        for got, want in zip(fn(x, y), f(x, y), strict=True):
+            torch.testing.assert_close(got, want)
+    assert launched

@@ -38,6 +38,9 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
     from minductor.harness.models import build, on_device, step
 
     config.cache_dir = os.environ["MINDUCTOR_CACHE_DIR"]
+    for option in filter(None, os.environ.get("WARM_START_OPTIONS", "").split(",")):
+        name, value = option.split("=")
+        setattr(config, name, json.loads(value))  # a knob of minductor's, as JSON
     device = "cuda" if torch.cuda.is_available() else "cpu"
     carried = torch.compiler if backend == "inductor" else minductor
     loading = 0.0
@@ -55,11 +58,20 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
     compiled = torch.compile(model, backend=backend)
     if device == "cuda":
         torch.cuda.synchronize()
+    profile = os.environ.get("WARM_START_PROFILE")
+    if profile:  # where the first step's time goes, written beside the results
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     start = time.perf_counter()
     out = step(compiled, inputs, training=True)
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    if profile:
+        profiler.disable()
+        write_profile(profiler, profile)
     loss = out["loss"] if "loss" in out else out["logits"].float().mean()
     if os.environ.get("WARM_START_SAVE"):
         saved = carried.save_cache_artifacts()  # torch's may be None: nothing recorded
@@ -69,8 +81,22 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def write_profile(profiler, path: str) -> None:
+    """The functions that took the most time, inside and in themselves."""
+    import io
+    import pstats
+
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(40)
+    with open(path, "w") as f:
+        f.write(text.getvalue())
+
+
 def run_child(model: str, backend: str, args, root: str, **extra: str) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, MINDUCTOR_GRAPH_CACHE="1", **extra,
+               WARM_START_OPTIONS=args.options,
                TRITON_CACHE_DIR=os.path.join(root, "triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
                MINDUCTOR_CACHE_DIR=os.path.join(root, "minductor"))  # fmt: skip
@@ -84,6 +110,13 @@ def run_child(model: str, backend: str, args, root: str, **extra: str) -> dict:
     return {"error": done.stderr.strip().splitlines()[-1:] or ["no output"]}
 
 
+def profiling(args, k: int, model: str, backend: str, start: str) -> dict:
+    if not args.profile:
+        return {}
+    name = f"profile-{model}-{backend}-{start}-{k + 1}.txt"
+    return dict(WARM_START_PROFILE=os.path.join(args.profile, name))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["gpt2", "resnet50"])
@@ -94,6 +127,9 @@ def main() -> int:
     parser.add_argument("--artifacts", action="store_true")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json")
+    parser.add_argument("--options", default="",
+                        help="minductor's knobs, NAME=JSON,... (static_launch=false)")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile each step into DIR")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "BACKEND", "DTYPE"))
     args = parser.parse_args()
     if args.child:
@@ -107,8 +143,10 @@ def main() -> int:
                 root = tempfile.mkdtemp(prefix="warm_start_")
                 blob = os.path.join(root, "artifacts.bin")
                 saving = dict(WARM_START_SAVE=blob) if args.artifacts else {}
-                cold = run_child(model, backend, args, root, **saving)
-                warm = run_child(model, backend, args, root)
+                cold = run_child(model, backend, args, root, **saving,
+                                 **profiling(args, k, model, backend, "cold"))  # fmt: skip
+                warm = run_child(model, backend, args, root,
+                                 **profiling(args, k, model, backend, "warm"))  # fmt: skip
                 row = dict(round=k + 1, model=model, backend=backend, cold=cold,
                            warm=warm)  # fmt: skip
                 if args.artifacts:
