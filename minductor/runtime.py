@@ -551,7 +551,10 @@ def load_static(binary, count: int, device: int) -> tuple | None:
     if not cubin:
         return None
     try:
-        loaded = _static._load_kernel(cubin[0], meta.name, meta.shared, device)
+        try:
+            loaded = _static._load_kernel(cubin[0], meta.name, meta.shared, device)
+        except TypeError:  # an older torch's takes no device: it loads on the current
+            loaded = _static._load_kernel(cubin[0], meta.name, meta.shared)
     except Exception as error:  # Triton's launcher will say what is wrong
         log.debug("minductor: torch's launcher cannot load %s: %s", meta.name, error)
         return None

@@ -786,6 +786,16 @@ def test_load_static_loads_the_cubin_or_says_why_not(monkeypatch):
     monkeypatch.setattr(runtime, "_static", _FakeStatic(fails=True))
     assert runtime.load_static(plain, 7, 0) is None  # Triton's launcher will say why
 
+    class Older(_FakeStatic):  # torch before the device argument: three values back
+        def _load_kernel(self, path, name, shared):
+            self.loads.append((path, name, shared))
+            return (f"function of {name}", 40, 0)
+
+    older = Older()
+    monkeypatch.setattr(runtime, "_static", older)
+    assert runtime.load_static(plain, 7, 0)[0] == "function of triton_poi_k"
+    assert older.loads == [("/c/k.cubin", "triton_poi_k", 96)]
+
 
 def test_static_launch_is_only_for_aligned_gpu_pointers_with_the_knob_on(monkeypatch):
     x = torch.randn(8)
