@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import sympy
 import torch
 import torch._functorch.config
 import triton
@@ -213,11 +214,13 @@ class GraphCache:
             return None
         return self.hit(key, compiled)
 
-    def read(self, key: str, gm) -> CompiledGraph:
-        """The entry's graph, its kernels compiled ahead; raises if it is not whole."""
+    def read(self, key: str, gm, checked: bool = False) -> CompiledGraph:
+        """The entry's graph, its kernels compiled ahead; raises if it is not whole.
+        `checked`: the caller has checked guards that include the entry's."""
         entry = json.loads(_path(key).read_text())
         assert entry["key"] == key, "another key inside"
-        self.check(key, entry.get("guards"))
+        if not checked:
+            self.check(key, entry.get("guards"))
         held = [_attribute(gm, name) for name in entry["held"]]
         module = load_module(entry["source"])
         warm_ups = [_from_json(w) for w in entry["warm_ups"]]
@@ -289,19 +292,23 @@ class GraphCache:
             return
         if key not in self.sizes:
             raise GuardsFail("compiled for symbolic sizes, asked for static ones")
-        inputs, shape_env = self.sizes[key]
-        with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            numbers = [_hinted(x) for x in inputs]
-        if not shape_env.evaluate_guards_expression(guards, numbers):
-            raise GuardsFail("its guards do not hold for these sizes")
-        # each one now Dynamo's (`and` hands back its last operand unevaluated: bool()
-        # evaluates that one too)
-        if not bool(shape_env.evaluate_guards_expression(guards, inputs)):
-            raise GuardsFail("its guards do not hold for these sizes")
+        guards_hold(guards, *self.sizes[key])
 
 
 class GuardsFail(Exception):
     pass
+
+
+def guards_hold(guards: str, inputs: list, shape_env) -> None:
+    """Raise GuardsFail unless the guards hold on these inputs' sizes as numbers; if
+    they do, evaluate them again on the symbols, which makes each one Dynamo's."""
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        numbers = [_hinted(x) for x in inputs]
+    if not shape_env.evaluate_guards_expression(guards, numbers):
+        raise GuardsFail("its guards do not hold for these sizes")
+    # (`and` hands back its last operand unevaluated: bool() evaluates that one too)
+    if not bool(shape_env.evaluate_guards_expression(guards, inputs)):
+        raise GuardsFail("its guards do not hold for these sizes")
 
 
 def _has_hints(x) -> bool:
@@ -351,8 +358,6 @@ def why_not_wired(gm, example_inputs, needs_grad: bool) -> str | None:
         return "an input is not a plain dense tensor or a size (a list, a subclass)"
     inputs = symbolic_inputs(gm, example_inputs)
     shape_env = _shape_env(inputs)
-    if shape_env is not None and needs_grad:
-        return "sizes are symbols, and a backward would be wired with them"
     if shape_env is not None and not all(map(_has_hints, inputs)):
         return "a size read from the data, with no value to check guards on"
     storages = [x.untyped_storage()._cdata for x in tensors]
@@ -395,11 +400,10 @@ def wiring(meta, forward_gm) -> dict | str:
     """The numbers a plain graph's runtime wrapper needs, or why it is not plain."""
     if meta is None:
         return "no metadata from AOTAutograd"
-    extras = ("num_symints_saved_for_bw", "num_opaque_objects_saved_for_bw",
-              "num_backward_tokens", "num_graphsafe_rng_states",
-              "num_intermediate_bases")
+    extras = ("num_opaque_objects_saved_for_bw", "num_backward_tokens",
+              "num_graphsafe_rng_states", "num_intermediate_bases")
     if meta.tokens or any(getattr(meta, name, 0) for name in extras):
-        return "effect tokens, saved sizes or views of one another among the outputs"
+        return "effect tokens, saved objects or views of one another among the outputs"
     if getattr(meta, "indices_of_inputs_that_requires_grad_with_mutations_in_bw", []):
         return "the backward changes an input in place"
     plain = (OutputType.non_alias, OutputType.unsafe_view_alias)
@@ -424,10 +428,38 @@ def wiring(meta, forward_gm) -> dict | str:
                          if o.output_type == OutputType.unsafe_view_alias],
         "saved": len(results) - outputs,
         "unchecked": getattr(meta, "num_tensors_saved_with_no_vc_check", 0) or 0,
+        "sizes": getattr(meta, "num_symints_saved_for_bw", 0) or 0,  # saved last
     }
 
 
-def _as_compiled(grad: torch.Tensor, layout: list) -> torch.Tensor:
+def tangent_layout(t: torch.Tensor) -> list | str | None:
+    """A gradient's layout as the backward was compiled for it: sizes and strides as
+    numbers, or where they are symbols, the memory format they make (None: neither)."""
+    if not any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride())):
+        return [list(t.shape), list(t.stride())]
+    sizes, strides = [_expr(s) for s in t.shape], [_expr(s) for s in t.stride()]
+    orders = {"contiguous_format": list(range(t.dim()))}  # outermost dimension first
+    if t.dim() == 4:
+        orders["channels_last"] = [0, 2, 3, 1]
+    for name, order in orders.items():
+        expected, step = {}, sympy.Integer(1)
+        for d in reversed(order):
+            expected[d], step = step, step * sizes[d]
+        if all(sympy.expand(strides[d] - expected[d]) == 0
+               for d in range(t.dim()) if sizes[d] != 1):  # fmt: skip
+            return name
+    return None
+
+
+def _expr(s) -> sympy.Expr:
+    """A size as an expression, without asking anything of it (no guard)."""
+    return s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s)
+
+
+def _as_compiled(grad: torch.Tensor, layout: list | str) -> torch.Tensor:
+    if isinstance(layout, str):  # sizes that are symbols: a memory format
+        form = getattr(torch, layout)
+        return grad.contiguous(memory_format=form)  # grad itself, if laid out so
     size, stride = layout
     if list(grad.shape) == size and list(grad.stride()) == stride:
         return grad
@@ -438,7 +470,7 @@ def _as_compiled(grad: torch.Tensor, layout: list) -> torch.Tensor:
 def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
     if backward is None:
         return lambda *args: list(forward(list(args)))
-    n = w["outputs"]
+    n, sizes = w["outputs"], w.get("sizes", 0)
 
     unchecked, differentiable = w["unchecked"], w["differentiable"]
     # the autograd engine may call the backward from a frame Dynamo is compiling (a
@@ -449,7 +481,9 @@ def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
         @staticmethod
         def forward(ctx, *args):
             outs = forward(list(args))
-            saved = [x.detach() if x._is_view() else x for x in outs[n:]]
+            end = len(outs) - sizes  # the sizes the backward needs come last
+            saved = [x.detach() if x._is_view() else x for x in outs[n:end]]
+            ctx.sizes = outs[end:]
             split = len(saved) - unchecked
             ctx.save_for_backward(*saved[:split])
             ctx.unchecked = saved[split:]
@@ -466,7 +500,8 @@ def wired(forward: CompiledGraph, backward: CompiledGraph | None, w: dict):
         def backward(ctx, *grads):
             given = [g for g, d in zip(grads, differentiable) if d]
             tangents = [_as_compiled(g, t) for g, t in zip(given, w["tangents"])]
-            return tuple(backward([*ctx.saved_tensors, *ctx.unchecked, *tangents]))
+            saved = [*ctx.sizes, *ctx.saved_tensors, *ctx.unchecked]  # sizes first
+            return tuple(backward([*saved, *tangents]))
 
     return lambda *args: list(CompiledStep.apply(*args))
 
@@ -493,14 +528,13 @@ class AotCache:
 
     def load(self, key: str, gm):
         path = _aot_path(key)
-        sizes = self.sizes.pop(key, None)
         try:
             entry = json.loads(path.read_text())
             assert entry["key"] == key, "another key inside"
             keys = [entry["forward"], entry["backward"]]
             w = entry["wiring"]
-            if sizes is not None:  # the forward's guards, checked on Dynamo's inputs
-                GRAPHS.sizes[keys[0]] = sizes
+            guards = entry.get("guards")
+            assert (guards is None) == (key not in self.sizes), "guards for no symbols"
         except (FileNotFoundError, NotADirectoryError):
             counters["aot miss"] += 1
             log.info("minductor: aot cache miss %s", key[:12])
@@ -510,14 +544,17 @@ class AotCache:
             log.warning("minductor: aot cache entry %s is damaged (%s: %s); tracing",
                         path, type(error).__name__, error)  # fmt: skip
             return None
-        try:  # a graph that is gone or damaged: the graph cache will say which
-            graphs = [GRAPHS.read(k, None) if k else None for k in keys]
+        try:  # guards over Dynamo's inputs: Dynamo's, AOTAutograd's, both graphs'
+            if guards is not None:
+                guards_hold(guards, *self.sizes[key])
+            # a graph that is gone or damaged: the graph cache will say which
+            graphs = [GRAPHS.read(k, None, checked=True) if k else None for k in keys]
         except Exception as error:
-            GRAPHS.sizes.pop(keys[0], None)
             counters["aot miss"] += 1
             why = error if isinstance(error, GuardsFail) else "a graph of it is not whole"
             log.info("minductor: aot cache miss %s (%s)", key[:12], why)
             return None
+        self.sizes.pop(key, None)
         for k, graph in zip(keys, graphs):
             if graph is not None:
                 GRAPHS.hit(k, graph)
@@ -542,7 +579,8 @@ class AotCache:
             if isinstance(w, str):
                 pending["why"] = w
             else:
-                pending.update(forward=compiled.cache_key, wiring=w, backward=None)
+                pending.update(forward=compiled.cache_key, wiring=w, backward=None,
+                               sizes=self.sizes.pop(key, None))  # fmt: skip
                 if info.kind == GraphKind.INFERENCE:
                     self._save(key, pending)
         elif "wiring" in pending:
@@ -551,12 +589,15 @@ class AotCache:
             names = [n.name for n in info.gm.graph.nodes if n.op == "placeholder"]
             order = [name.startswith("tangents") for name in names]
             results = next(n for n in info.gm.graph.nodes if n.op == "output").args[0]
+            layouts = [tangent_layout(t) for t in tangents]
             if order != [k >= w["saved"] for k in range(len(names))] or len(
                 tangents
             ) != sum(w["differentiable"]) or len(results) != w["inputs"]:
                 pending["why"] = "the backward takes or gives other tensors than these"
+            elif None in layouts:
+                pending["why"] = "a gradient's layout is symbolic and not a memory format"
             else:
-                w["tangents"] = [[list(t.shape), list(t.stride())] for t in tangents]
+                w["tangents"] = layouts
                 pending["backward"] = compiled.cache_key
                 self._save(key, pending)
         if "why" in pending:
@@ -566,6 +607,15 @@ class AotCache:
     def _save(self, key: str, pending: dict) -> None:
         parts = ("forward", "backward", "wiring")
         entry = {"key": key, **{k: pending[k] for k in parts}}
+        if pending.get("sizes") is not None:  # every guard so far, over Dynamo's inputs
+            inputs, shape_env = pending["sizes"]
+            try:
+                entry["guards"] = shape_env.produce_guards_expression(inputs)
+            except Exception as why:  # noqa: BLE001  (never the compile's failure)
+                counters["aot not kept"] += 1
+                log.debug("minductor: aot cache: not kept: its guards cannot be "
+                          "written down: %r", why)  # fmt: skip
+                return
         if keep(_aot_path(key), entry, "aot"):
             used["aot"].add(key)
 

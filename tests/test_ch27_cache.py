@@ -708,11 +708,68 @@ def test_guards_of_a_wired_graph_hold_dynamo_to_their_sizes(on, caplog):
     assert "its guards do not hold for these sizes" in caplog.text
 
 
-def test_a_training_graph_with_symbolic_sizes_is_traced_and_says_why(on, caplog):
-    x = torch.randn(7, 100, requires_grad=True)
-    with caplog.at_level("DEBUG", logger="minductor"):
-        torch._dynamo.reset()
-        out = torch.compile(_rows, backend="minductor", dynamic=True)(x)
-    out.sum().backward()
-    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
-    assert "a backward would be wired with them" in caplog.text
+
+def _scaled_rows(x, w):
+    """Sizes saved for the backward (the row count is a factor), a matmul, a row sum."""
+    return ((x @ w).relu() * x.shape[0]).sum(-1)
+
+
+def _train_dynamic(fn, *args):
+    """A training step of fn compiled afresh with dynamic sizes, checked against
+    eager's output and gradients; the cache's counts."""
+    torch._dynamo.reset()
+    before = cache.counters.copy()
+    out = torch.compile(fn, backend="minductor", dynamic=True)(*args)
+    got = torch.autograd.grad(out.pow(2).sum(), args)
+    want = fn(*args)
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    for g, w in zip(got, torch.autograd.grad(want.pow(2).sum(), args)):
+        torch.testing.assert_close(g, w, atol=1e-3, rtol=1e-4)
+    return cache.counters - before
+
+
+def test_a_training_graph_with_symbolic_sizes_is_wired_without_tracing(on, no_tracing):
+    """Forward and backward, with sizes the backward needs saved from the forward:
+    a new trace at other sizes runs both graphs from the cache, untraced."""
+    w = torch.randn(100, 3, requires_grad=True)
+    _train_dynamic(_scaled_rows, torch.randn(7, 100, requires_grad=True), w)
+    (entry,) = [json.loads(p.read_text()) for p in (on / "aot").glob("*.json")]
+    assert entry["wiring"]["sizes"] >= 1 and entry["backward"] is not None
+    assert entry["wiring"]["tangents"] == ["contiguous_format"]  # symbols: a format
+    no_tracing()
+    for rows in (9, 5):
+        lines = _train_dynamic(_scaled_rows, torch.randn(rows, 100, requires_grad=True), w)
+        assert lines["aot hit"] == 1 and hits(lines) == 2 and misses(lines) == 0
+
+
+def test_a_wired_training_graph_keeps_the_backwards_guards(on):
+    """The wiring's guards are every guard the compile added, the backward's too,
+    written over Dynamo's inputs: a row past the persistent limit misses on them."""
+    fn = lambda x: (x * 2).sin().sum(-1)  # noqa: E731
+    _train_dynamic(fn, torch.randn(7, 100, requires_grad=True))
+    assert _train_dynamic(fn, torch.randn(9, 200, requires_grad=True))["aot hit"] == 1
+    lines = _train_dynamic(fn, torch.randn(9, 5000, requires_grad=True))
+    assert lines["aot miss"] == 1 and misses(lines) == 2 and lines["aot hit"] == 0
+    (entry,) = [json.loads(p.read_text()) for p in (on / "aot").glob("*.json")]
+    assert "<= 4096" not in entry["guards"]  # written again by the looped compile
+
+
+@pytest.mark.parametrize("case", ["contiguous", "channels_last", "transposed", "static"])
+def test_a_gradients_layout_is_kept_as_numbers_or_as_a_memory_format(case):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    real = {"contiguous": torch.randn(2, 3, 4, 5),
+            "channels_last": torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+            "transposed": torch.randn(3, 4).t(), "static": torch.randn(3, 4).t()}[case]
+    if case == "static":
+        assert cache.tangent_layout(real) == [[4, 3], [1, 4]]
+        return
+    fake = FakeTensorMode(shape_env=ShapeEnv()).from_tensor(real)  # sizes: symbols
+    want = {"contiguous": "contiguous_format", "channels_last": "channels_last",
+            "transposed": None}[case]  # fmt: skip
+    assert cache.tangent_layout(fake) == want
+    if want is not None:  # the gradient as it comes back, laid out as compiled
+        grad = cache._as_compiled(torch.randn(2, 3, 4, 5).transpose(1, 2).contiguous()
+                                  .transpose(1, 2), want)  # fmt: skip
+        assert grad.is_contiguous(memory_format=getattr(torch, want))
