@@ -522,8 +522,9 @@ class AotCache:
             return None
         key = aot_key(gm, example_inputs, needs_grad)
         inputs = symbolic_inputs(gm, example_inputs)
-        if _shape_env(inputs) is not None:
-            self.sizes[key] = (inputs, _shape_env(inputs))
+        shape_env = _shape_env(inputs)
+        if shape_env is not None:
+            self.sizes[key] = (inputs, shape_env)
         return key
 
     def load(self, key: str, gm):

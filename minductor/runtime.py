@@ -116,10 +116,8 @@ class Launcher:
         if self.binary is None and self.adopt(args):
             self(*args)  # the binary is in place, loaded by torch's launcher
             return
-        self.pointers = tuple(
-            i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-        )
-        aligned = all(args[i].data_ptr() % 16 == 0 for i in self.pointers)
+        pointers = [a for a in args if isinstance(a, torch.Tensor)]
+        aligned = all(p.data_ptr() % 16 == 0 for p in pointers)
         binary = self.kernel[self.grid](*args, **self.blocks, num_warps=self.num_warps)
         if aligned and self.binary is None and _has_direct_launch(binary):
             self.keep(binary, args, None)
