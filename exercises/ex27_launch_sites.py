@@ -219,7 +219,7 @@ def book_plan(lines, aligned=None):
     """The book's aligned names, (site, check) of each launch line, and its planned
     launch lines. With `aligned` given, the sites are planned from it instead of the
     book's aligned names."""
-    wrapper = SimpleNamespace(lines=list(lines))
+    wrapper = SimpleNamespace(lines=list(lines), interpret=True)  # as on the CPU
     book_aligned = WrapperCodeGen.aligned_names(wrapper)
     wrapper.aligned_names = lambda: set(book_aligned if aligned is None else aligned)
     WrapperCodeGen.plan_sites(wrapper)

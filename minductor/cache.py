@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import io
@@ -172,6 +173,41 @@ def _path(key: str) -> Path:
     return Path(config.cache_dir) / "graphs" / f"{key}.json"
 
 
+def launch_records(compiled: CompiledGraph, warm_ups: list[WarmUp]) -> dict:
+    """The launch records (chapter 21) of a graph's sites whose binaries torch's
+    launcher loaded, each with its .cubin's bytes: the entry needs no other file."""
+    module = load_module(compiled.source)  # loaded already: found, not read again
+    found = {}
+    for w in warm_ups:
+        record = getattr(module, w.site).launcher.record
+        if record is None or w.site in found:
+            continue
+        try:
+            cubin = base64.b64encode(Path(record["cubin"]).read_bytes()).decode()
+        except OSError:  # Triton's cache emptied under us: this one compiles again
+            continue
+        found[w.site] = dict(record, cubin=cubin)
+    return found
+
+
+def _records(kept: dict[str, dict]) -> dict[str, dict]:
+    """An entry's launch records, each .cubin in a file named by its hash (written
+    whole, where not there already) for torch's launcher to load."""
+    found = {}
+    for site, record in kept.items():
+        cubin = base64.b64decode(record["cubin"], validate=True)
+        name = hashlib.sha256(cubin).hexdigest()[:32]
+        path = Path(config.cache_dir) / "cubins" / f"{name}.cubin"
+        try:
+            if not path.is_file() or path.read_bytes() != cubin:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_whole(path, cubin)
+        except OSError:  # a disk that refuses: Triton compiles or finds this one
+            continue
+        found[site] = dict(record, cubin=str(path))
+    return found
+
+
 _refused: set[str] = set()  # directories that refused a write: warned once each
 counters: Counter = Counter()  # hits, misses, damaged entries, graphs not kept
 
@@ -224,7 +260,8 @@ class GraphCache:
         held = [_attribute(gm, name) for name in entry["held"]]
         module = load_module(entry["source"])
         warm_ups = [_from_json(w) for w in entry["warm_ups"]]
-        precompile(module, warm_ups, torch.device(entry["device"]))
+        records = _records(entry.get("launches", {}))
+        precompile(module, warm_ups, torch.device(entry["device"]), records)
         call = debug._in_profiler_range(  # as chapter 24 labels a fresh compile's
             module.call, f"## Call CompiledFxGraph {Path(module.__file__).stem} ##"
         )
@@ -260,6 +297,7 @@ class GraphCache:
             "kernel_names": compiled.kernel_names, "fallbacks": compiled.fallbacks,
             "fusion_log": compiled.fusion_log,
             "warm_ups": [_warm_up(w) for w in warm_ups], "device": _device(gm),
+            "launches": launch_records(compiled, warm_ups),
         }  # fmt: skip
         try:
             entry["guards"] = self.guards(key)

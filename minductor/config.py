@@ -58,7 +58,7 @@ class Config:
     # compiles at its first launch instead
     compile_threads: int = min(8, os.cpu_count() or 1)
     # launch Triton's binaries through torch's launcher where it can (chapter 21)
-    static_launch: bool = os.environ.get("MINDUCTOR_STATIC_LAUNCH", "0") == "1"
+    static_launch: bool = os.environ.get("MINDUCTOR_STATIC_LAUNCH", "1") == "1"
     # time a few block sizes per kernel on the GPU, keep the fastest
     max_autotune: bool = False
     # most recordings of a graph (one per input shape) before plain launches

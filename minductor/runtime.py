@@ -68,8 +68,9 @@ class Launcher:
     """Launches one kernel on one grid; after the first call, skips Triton's binder."""
 
     def __init__(
-        self, kernel, grid: tuple[int, ...], blocks: dict[str, int], num_warps: int
-    ):
+        self, kernel, grid: tuple[int, ...], blocks: dict[str, int], num_warps: int,
+        torchs: bool | None = None,
+    ):  # fmt: skip
         self.kernel = kernel
         self.grid = grid
         self.blocks = blocks  # the constexpr block sizes, in signature order
@@ -81,6 +82,9 @@ class Launcher:
         self.pointers: tuple[int, ...] = ()  # positions of the tensor arguments
         self.dtypes: tuple[torch.dtype, ...] = ()  # their types, the binary's
         self.static: tuple | None = None  # how torch's launcher launches it, if it can
+        # may torch's launcher launch it? (the generated module says; else the knob)
+        self.torchs = config.static_launch if torchs is None else torchs
+        self.record: dict | None = None  # what torch's launcher loaded (chapter 27)
 
     def __call__(self, *args) -> None:
         if self.interpret:
@@ -97,7 +101,9 @@ class Launcher:
             else:
                 stream = torch._C._cuda_getCurrentRawStream(self.device)
                 if self.static is not None:  # torch's launcher (below)
-                    function, warps, shared, types, extra = self.static
+                    function, warps, shared, types, extra, taken = self.static
+                    if taken is not None:  # integers compiled in as constants
+                        args = tuple(args[i] for i in taken)
                     _static_launch(function, *self.grid3, warps, shared, types,
                                    args + extra, stream)  # fmt: skip
                     return
@@ -144,21 +150,27 @@ class Launcher:
         if load is not None:  # on the GPU, with its launcher built
             load()
 
-    def adopt(self, args, binary=None) -> bool:
-        """Keep the binary for these arguments (compiled or found now if not given),
-        loaded by torch's launcher, where that launcher can launch it: a binary for
-        aligned pointers, on the GPU. False: nothing kept, Triton launches it."""
+
+    def adopt(self, args, binary=None, record=None) -> bool:
+        """Keep a binary for these arguments, loaded by torch's launcher, where that
+        launcher can launch it (aligned pointers, on the GPU): the binary given, or
+        compiled or found now, or the one a launch record names (a warm start's,
+        chapter 27: Triton is not asked). False: nothing kept, Triton launches it."""
         pointers = [a for a in args if isinstance(a, torch.Tensor)]
-        if self.interpret or not static_launch_here(pointers):
+        if self.interpret or not self.torchs or not static_launch_here(pointers):
             return False
-        if binary is None:
-            binary = self.kernel.warmup(
-                *args, grid=self.grid, **self.blocks, num_warps=self.num_warps
-            )
-        static = load_static(binary, len(args), _current_device())
-        if static is not None:
-            self.keep(binary, args, static)
-        return static is not None
+        if record is None:
+            if binary is None:
+                binary = self.kernel.warmup(
+                    *args, grid=self.grid, **self.blocks, num_warps=self.num_warps
+                )
+            record = launch_record(binary, len(args))
+        static = None if record is None else load_record(record, _current_device())
+        if static is None:
+            return False
+        self.record = record
+        self.keep(record if binary is None else binary, args, static)
+        return True
 
     def keep(self, binary, args, static: tuple | None) -> None:
         """Take the direct path from now on, with this binary."""
@@ -267,15 +279,17 @@ class CallSite:
     blocks bound when the module loads; `call` passes only the buffers."""
 
     def __init__(
-        self, kernel, sizes, *, XBLOCK, num_warps, RBLOCK=None, check=(), scratch=False
-    ):
+        self, kernel, sizes, *, XBLOCK, num_warps, RBLOCK=None, check=(),
+        scratch=False, launcher="torch",
+    ):  # fmt: skip
         blocks = {"XBLOCK": XBLOCK}
         if RBLOCK is not None:
             blocks["RBLOCK"] = RBLOCK
         grid = ((sizes[0] + XBLOCK - 1) // XBLOCK,)
         self.kernel, self.sizes, self.blocks = kernel, sizes, blocks
         self.num_warps = num_warps
-        self.launcher = Launcher(kernel, grid, blocks, num_warps)
+        # launcher="triton": the module was compiled with torch's launcher off
+        self.launcher = Launcher(kernel, grid, blocks, num_warps, launcher == "torch")
         self.check = check  # positions of the buffers that may be unaligned
         self.tail = (*sizes, *blocks.values())  # what follows the buffers
         self.grid3 = grid + (1,) * (3 - len(grid))
@@ -298,9 +312,12 @@ class CallSite:
                 stream = _raw_stream(launcher.device)
                 static = launcher.static
                 if static is not None:  # torch's launcher
-                    function, warps, shared, types, extra = static
+                    function, warps, shared, types, extra, taken = static
+                    args = buffers + self.sizes
+                    if taken is not None:  # integers compiled in as constants
+                        args = tuple(args[i] for i in taken)
                     _static_launch(function, *self.grid3, warps, shared, types,
-                                   buffers + self.sizes + extra, stream)  # fmt: skip
+                                   args + extra, stream)  # fmt: skip
                     return
                 b.run(
                     *self.grid3,
@@ -337,9 +354,11 @@ class SizedSite:
     sizes, buffers and size symbols, and finds a binary by the classes of its integers."""
 
     def __init__(
-        self, kernel, buffers: int, *, per_call=None, check=(), **meta: int
-    ):
+        self, kernel, buffers: int, *, per_call=None, check=(), launcher="torch",
+        **meta: int,
+    ):  # fmt: skip
         self.kernel = kernel
+        self.torchs = launcher == "torch"  # as CallSite's
         self.buffers = buffers  # how many leading arguments are pointers
         self.sizes = 2 if "RBLOCK" in meta else 1  # xnumel, and rnumel for a reduction
         self.meta = meta  # XBLOCK, (RBLOCK,) num_warps, when not chosen per call
@@ -386,9 +405,12 @@ class SizedSite:
                 programs = (sizes[0] + constexprs[0] - 1) // constexprs[0]
                 stream = _raw_stream(device)
                 if static is not None:  # torch's launcher
-                    function, warps, shared, types, extra = static
+                    function, warps, shared, types, extra, taken = static
+                    args = args + sizes
+                    if taken is not None:  # integers compiled in as constants
+                        args = tuple(args[i] for i in taken)
                     _static_launch(function, programs, 1, 1, warps, shared, types,
-                                   args + sizes + extra, stream)  # fmt: skip
+                                   args + extra, stream)  # fmt: skip
                     return
                 b.run(
                     programs, 1, 1,
@@ -411,7 +433,7 @@ class SizedSite:
         binary; keep it under `key` if its pointers were aligned."""
         blocks = {name: v for name, v in meta.items() if name != "num_warps"}
         grid = ((sizes[0] + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
-        launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"])
+        launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"], self.torchs)
         launcher.named(*args, *sizes)
         if key is not None and launcher.binary is not None:
             found = (launcher.binary, launcher.device, tuple(blocks.values()),
@@ -442,15 +464,14 @@ class WarmUp:
     blocks: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
 
 
-def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device):
-    """Compile a module's kernels on a pool of threads, for the launches to come."""
-    threads = min(config.compile_threads, len({w.kernel for w in warm_ups}))
-    if interpret_mode() or device.type != "cuda" or threads <= 1:
+def precompile(
+    module: ModuleType, warm_ups: list[WarmUp], device: torch.device,
+    records: dict[str, dict] | None = None,
+):  # fmt: skip
+    """Compile a module's kernels on a pool of threads, for the launches to come;
+    first load those a warm start holds launch records for (chapter 27)."""
+    if interpret_mode() or device.type != "cuda":
         return
-    by_kernel: dict[str, list[tuple[Launcher, WarmUp]]] = {}
-    for w in warm_ups:  # the launchers the first call will use; a kernel's on one thread
-        launcher = getattr(module, w.site).launcher
-        by_kernel.setdefault(w.kernel, []).append((launcher, w))
     fake_off = torch._subclasses.fake_tensor.unset_fake_temporarily
     with fake_off():  # compiling happens inside Dynamo's fake mode
         base = {d: torch.empty(32, dtype=d, device=device) for w in warm_ups
@@ -458,6 +479,18 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
 
     def stand_in(dtype: torch.dtype, aligned: bool) -> torch.Tensor:
         return base[dtype] if aligned else base[dtype][1:]  # one element in
+
+    if records:
+        with torch.cuda.device(device):  # a warm start's binaries, from their records
+            loaded = [w for w in warm_ups if _installed(module, w, records, stand_in)]
+        warm_ups = [w for w in warm_ups if w not in loaded]
+    threads = min(config.compile_threads, len({w.kernel for w in warm_ups}))
+    if config.compile_threads <= 1 or threads == 0:
+        return  # each kernel compiles at its first launch
+    by_kernel: dict[str, list[tuple[Launcher, WarmUp]]] = {}
+    for w in warm_ups:  # the launchers the first call will use; a kernel's on one thread
+        launcher = getattr(module, w.site).launcher
+        by_kernel.setdefault(w.kernel, []).append((launcher, w))
 
     def compile_kernel(name: str) -> None:
         with torch.cuda.device(device):  # a new thread starts on GPU 0
@@ -477,6 +510,18 @@ def precompile(module: ModuleType, warm_ups: list[WarmUp], device: torch.device)
     )  # fmt: skip
 
 
+def _installed(module: ModuleType, w: WarmUp, records: dict, stand_in) -> bool:
+    """Has this launch's site loaded its binary from the launch record it kept?"""
+    record = records.get(w.site)
+    if record is None or not all(aligned for _, aligned in w.buffers):
+        return False
+    launcher = getattr(module, w.site).launcher
+    if launcher.binary is not None:
+        return True  # this module was loaded before, in this process
+    args = [stand_in(*b) for b in w.buffers] + list(w.sizes)
+    return launcher.adopt(args, record=record)
+
+
 _static = getattr(torch._C, "_StaticCudaLauncher", None)  # a CUDA build of torch
 _static_launch = getattr(_static, "_launch_kernel", None)
 
@@ -487,8 +532,8 @@ _STATIC_TYPES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
 
 
 def static_launch_here(pointers: list[torch.Tensor]) -> bool:
-    """Can torch's launcher launch a binary for these pointers?"""
-    if _static is None or not config.static_launch:
+    """Can torch's launcher launch a binary for these pointers, in this process?"""
+    if _static is None:
         return False
     import triton
 
@@ -508,6 +553,13 @@ def _hooked(hook) -> bool:
 def static_types(binary) -> str | None:
     """One letter per argument the binary takes (constants left out), or None where
     an argument has no letter."""
+    params = static_params(binary)
+    return None if params is None else "".join(letter for _, letter in params)
+
+
+def static_params(binary) -> list[tuple[int, str]] | None:
+    """The arguments the binary takes, constants left out: (position, letter) each;
+    None where one has no letter."""
     src = binary.src
     names = list(src.fn.arg_names)
 
@@ -517,47 +569,76 @@ def static_types(binary) -> str | None:
         return k[0] if isinstance(k, tuple) else k
 
     constants = {position(k) for k in getattr(src, "constants", {})}
-    letters = []
+    params = []
     for k, ty in sorted((position(k), ty) for k, ty in src.signature.items()):
         if ty == "constexpr" or k in constants:
             continue
         letter = "O" if ty.startswith("*") else _STATIC_TYPES.get(ty)
         if letter is None:
             return None
-        letters.append(letter)
-    return "".join(letters)
+        params.append((k, letter))
+    return params
 
 
-def load_static(binary, count: int, device: int) -> tuple | None:
-    """Load a binary with torch's launcher, for calls that pass `count` arguments:
-    (function, warps, shared memory, letters, trailing arguments), or None."""
+def launch_record(binary, count: int) -> dict | None:
+    """What torch's launcher needs to load a binary and launch it with `count`
+    arguments: its .cubin file, name, warps, shared memory, letters, the null
+    pointers after the arguments, its GPU's architecture. None where it cannot."""
     meta = getattr(binary, "metadata", None)
     if meta is None or getattr(meta, "num_ctas", 1) != 1:
         return None
     if getattr(meta, "tensordesc_meta", None):
         return None
-    extra: tuple = ()
+    nulls = 0
     for scratch in ("global_scratch_size", "profile_scratch_size"):
         if hasattr(meta, scratch):
             if getattr(meta, scratch):
                 return None  # memory per program, which Triton's launcher allocates
-            extra += (None,)  # a null pointer for the parameter the binary has
-    types = static_types(binary)
-    if types is None or len(types) != count:
+            nulls += 1  # a null pointer for the parameter the binary has
+    params = static_params(binary)
+    if params is None or any(k >= count for k, _ in params):
         return None
+    taken = [k for k, _ in params]  # the call's arguments the binary takes
+    types = "".join(letter for _, letter in params)
     cubin = [p for name, p in binary.metadata_group.items() if name.endswith(".cubin")]
     if not cubin:
         return None
+    arch = getattr(getattr(meta, "target", None), "arch", None)
+    return dict(cubin=cubin[0], name=meta.name, warps=meta.num_warps,
+                shared=meta.shared, types=types + "O" * nulls, nulls=nulls, arch=arch,
+                taken=None if taken == list(range(count)) else taken)  # fmt: skip
+
+
+def load_record(record: dict, device: int) -> tuple | None:
+    """Load a record's binary on a device with torch's launcher: (function, warps,
+    shared memory, letters, trailing arguments, the positions of the arguments it
+    takes where not all), or None."""
+    if record["arch"] is not None and record["arch"] != _arch(device):
+        return None  # compiled for another GPU
+    path, name, shared = record["cubin"], record["name"], record["shared"]
     try:
         try:
-            loaded = _static._load_kernel(cubin[0], meta.name, meta.shared, device)
+            loaded = _static._load_kernel(path, name, shared, device)
         except TypeError:  # an older torch's takes no device: it loads on the current
-            loaded = _static._load_kernel(cubin[0], meta.name, meta.shared)
+            loaded = _static._load_kernel(path, name, shared)
     except Exception as error:  # Triton's launcher will say what is wrong
-        log.debug("minductor: torch's launcher cannot load %s: %s", meta.name, error)
+        log.debug("minductor: torch's launcher cannot load %s: %s", name, error)
         return None
     function = loaded[-3]  # (module,) function, registers, spills
-    return function, meta.num_warps, meta.shared, types + "O" * len(extra), extra
+    taken = None if record["taken"] is None else tuple(record["taken"])
+    nulls = (None,) * record["nulls"]
+    return function, record["warps"], shared, record["types"], nulls, taken
+
+
+def load_static(binary, count: int, device: int) -> tuple | None:
+    record = launch_record(binary, count)
+    return None if record is None else load_record(record, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _arch(device: int) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor  # as Triton writes it: 90 for an H100
 
 
 def _cpp(name: str, fallback: Callable) -> Callable:

@@ -73,6 +73,7 @@ class KernelCallLine:
     site: str = ""  # the name of its CallSite, or SizedSite for symbolic sizes
     check: tuple[int, ...] = ()  # the site's buffers whose alignment is not known
     sources: str = ""  # the graph's nodes it computes, as a comment (see below)
+    launcher: str = "torch"  # "triton": Triton's own launches it on a GPU (chapter 21)
 
     def codegen(self) -> str:
         lines = (self.sources, self.comment, self.launch_line())
@@ -128,15 +129,16 @@ class KernelCallLine:
     def site_definition(self) -> str:
         k = self.kernel
         meta = ", ".join(f"{key}={value}" for key, value in k.meta)
+        own = ", launcher='triton'" if self.launcher == "triton" else ""
         if self.static_sizes() is None:  # symbolic sizes: a SizedSite (chapter 21)
             return (
                 f"{self.site} = SizedSite({self.kernel_name}, {len(k.call_args)}, "
-                f"per_call={k.per_call_blocks!r}, check={self.check}, {meta})"
+                f"per_call={k.per_call_blocks!r}, check={self.check}, {meta}{own})"
             )
         scratch = ", scratch=True" if k.copy_engine else ""  # chapter 26's template
         return (
             f"{self.site} = CallSite({self.kernel_name}, {self.static_sizes()}, "
-            f"{meta}, check={self.check}{scratch})"
+            f"{meta}, check={self.check}{scratch}{own})"
         )
 
 
@@ -682,10 +684,14 @@ class WrapperCodeGen:
             checks.setdefault(names[key], set()).update(
                 i for i, name in enumerate(args) if name not in aligned
             )
+        # torch's launcher off (chapter 21): the module says so, for its GPU launches
+        own = "torch" if self.interpret or config.static_launch else "triton"
         for k, key in launches:
             site = names[key]
             check = tuple(sorted(checks[site]))
-            self.lines[k] = dataclasses.replace(self.lines[k], site=site, check=check)
+            self.lines[k] = dataclasses.replace(
+                self.lines[k], site=site, check=check, launcher=own
+            )
 
 
     def warm_ups(self) -> list[WarmUp]:

@@ -534,3 +534,21 @@ def test_sizes_read_from_the_data_run_with_aten_and_match_eager(fn, shapes, capl
                     expected if isinstance(expected, tuple) else (expected,)):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
     assert "running graph with ATen" in caplog.text  # with its reason
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_module_compiled_with_torchs_launcher_off_says_so_on_its_gpu_sites(on):
+    """Chapter 21's knob is read at compile time and written into the module, so that
+    two compiles that differ only in it never share one."""
+    x = randn(33, 65)
+    sources = {}
+    with config.patch({"static_launch": on}):
+        for interpret in (False, True):
+            graph = GraphLowering(make_fx(lambda a: (a.sin(), a.sum(-1)))(x), [x])
+            graph.lower()
+            wrapper = WrapperCodeGen(graph, Scheduler(graph), interpret=interpret)
+            sources[interpret] = wrapper.generate()
+    sites = [ln for ln in sources[False].splitlines() if " = CallSite(" in ln]
+    assert len(sites) == 1  # sin and sum in one kernel
+    assert all(ln.endswith(", launcher='triton')") == (not on) for ln in sites)
+    assert "launcher=" not in sources[True]  # the interpreter launches as it must

@@ -1,7 +1,10 @@
 """Chapter 21: loading generated modules, launching kernels, the runtime helpers."""
 
+import dataclasses
+import json
 import logging
 import os
+import types
 import uuid
 
 import pytest
@@ -14,6 +17,7 @@ from minductor.config import config
 from minductor.runtime import (
     CallSite,
     SizedSite,
+    WarmUp,
     benchmark,
     empty_strided,
     int_class,
@@ -766,23 +770,28 @@ def test_load_static_loads_the_cubin_or_says_why_not(monkeypatch):
     monkeypatch.setattr(runtime, "_static", fake)
     plain = _Binary(_Src(SIGNATURE))
     got = runtime.load_static(plain, 7, 3)
-    assert got == ("function of triton_poi_k", 4, 96, "OOOilfi", ())
+    assert got == ("function of triton_poi_k", 4, 96, "OOOilfi", (), None)
     assert fake.loads == [("/c/k.cubin", "triton_poi_k", 96, 3)]
     # Hopper's binaries: scratch pointers of size 0 are passed as null pointers
     hopper = _Binary(_Src(SIGNATURE), global_scratch_size=0, profile_scratch_size=0)
-    assert runtime.load_static(hopper, 7, 0)[3:] == ("OOOilfiOO", (None, None))
+    assert runtime.load_static(hopper, 7, 0)[3:] == ("OOOilfiOO", (None, None), None)
+    # xnumel == 1 compiled in: the binary takes the call's arguments but that one
+    one = _Binary(_Src(SIGNATURE, constants={(6,): 1}))
+    assert runtime.load_static(one, 7, 0)[3:] == ("OOOilf", (), (0, 1, 2, 3, 4, 5))
+    named = _Binary(_Src(SIGNATURE, constants={"ks0": 1}))
+    assert runtime.load_static(named, 7, 0)[3:] == ("OOOlfi", (), (0, 1, 2, 4, 5, 6))
     refused = [
         _Binary(_Src(SIGNATURE), global_scratch_size=128),  # memory per program
         _Binary(_Src(SIGNATURE), profile_scratch_size=64),
         _Binary(_Src(SIGNATURE), num_ctas=2),
         _Binary(_Src(SIGNATURE), tensordesc_meta=[{"block": 64}]),
         _Binary(_Src(SIGNATURE), cubin=False),
-        _Binary(_Src(SIGNATURE, constants={(6,): 1})),  # the call passes 7, it takes 6
+        _Binary(_Src(dict(SIGNATURE, extra="i32"))),  # takes more than the call passes
         None,  # no binary at all
     ]
     for binary in refused:
         assert runtime.load_static(binary, 7, 0) is None
-    assert len(fake.loads) == 2  # nothing loaded for any refused binary
+    assert len(fake.loads) == 4  # nothing loaded for any refused binary
     monkeypatch.setattr(runtime, "_static", _FakeStatic(fails=True))
     assert runtime.load_static(plain, 7, 0) is None  # Triton's launcher will say why
 
@@ -797,14 +806,28 @@ def test_load_static_loads_the_cubin_or_says_why_not(monkeypatch):
     assert older.loads == [("/c/k.cubin", "triton_poi_k", 96)]
 
 
-def test_static_launch_is_only_for_aligned_gpu_pointers_with_the_knob_on(monkeypatch):
+def test_a_launch_record_is_loaded_only_on_the_gpu_it_was_compiled_for(monkeypatch):
+    fake = _FakeStatic()
+    monkeypatch.setattr(runtime, "_static", fake)
+    monkeypatch.setattr(runtime, "_arch", lambda device: 90)
+    target = type("GPUTarget", (), {"backend": "cuda", "arch": 90, "warp_size": 32})
+    record = runtime.launch_record(_Binary(_Src(SIGNATURE), target=target()), 7)
+    assert record == dict(cubin="/c/k.cubin", name="triton_poi_k", warps=4, shared=96,
+                          types="OOOilfi", nulls=0, arch=90, taken=None)  # fmt: skip
+    assert json.loads(json.dumps(record)) == record  # plain data, for the disk
+    assert runtime.load_record(record, 0)[0] == "function of triton_poi_k"
+    assert runtime.load_record(dict(record, arch=80), 0) is None  # an A100's binary
+    assert runtime.load_record(dict(record, arch=None), 0) is not None  # not known
+    assert len(fake.loads) == 2
+
+
+def test_static_launch_is_only_for_aligned_gpu_pointers(monkeypatch):
     x = torch.randn(8)
     monkeypatch.setattr(runtime, "_static", None)
     assert not runtime.static_launch_here([])  # a torch without CUDA
     monkeypatch.setattr(runtime, "_static", _FakeStatic())
-    with config.patch({"static_launch": True}):
-        assert runtime.static_launch_here([])
-        assert not runtime.static_launch_here([x])  # on the CPU
+    assert runtime.static_launch_here([])
+    assert not runtime.static_launch_here([x])  # on the CPU
 
     class OnGpu:
         is_cuda = True
@@ -815,16 +838,14 @@ def test_static_launch_is_only_for_aligned_gpu_pointers_with_the_knob_on(monkeyp
         def data_ptr(self):
             return self.address
 
-    with config.patch({"static_launch": True}):
-        assert runtime.static_launch_here([OnGpu(512), OnGpu(1024)])
-        assert not runtime.static_launch_here([OnGpu(512), OnGpu(1028)])
-    with config.patch({"static_launch": False}):
-        assert not runtime.static_launch_here([OnGpu(512)])
+    assert runtime.static_launch_here([OnGpu(512), OnGpu(1024)])
+    assert not runtime.static_launch_here([OnGpu(512), OnGpu(1028)])
 
 
-def test_a_launcher_keeps_a_binary_of_torchs_launcher_and_launches_through_it(
-    monkeypatch,
-):
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch's launcher faked, CPU tensors taken for aligned GPU ones: the launches
+    it makes are recorded."""
     fake = _FakeStatic()
     monkeypatch.setattr(runtime, "_static", fake)
     monkeypatch.setattr(runtime, "_static_launch", fake._launch_kernel)
@@ -834,24 +855,32 @@ def test_a_launcher_keeps_a_binary_of_torchs_launcher_and_launches_through_it(
     monkeypatch.setattr(runtime, "_raw_stream", lambda d: 77)
     aligned = lambda ps: all(p.data_ptr() % 16 == 0 for p in ps)  # noqa: E731
     monkeypatch.setattr(runtime, "static_launch_here", aligned)  # CPU tensors here
+    return fake
 
-    class Kernel:
-        __name__ = "fake"
 
-        def __init__(self):
-            self.warmups, self.launches = 0, []
+class _Kernel:
+    """A jitted kernel's stand-in: counts Triton's compiles and launches."""
 
-        def warmup(self, *args, grid, **kwargs):
-            self.warmups += 1
-            src = _Src({"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32",
-                        "XBLOCK": "constexpr"})  # fmt: skip
-            return _Binary(src, global_scratch_size=0)
+    __name__ = "fake"
 
-        def __getitem__(self, grid):  # Triton's own launch
-            return lambda *args, **kwargs: self.launches.append((grid, args))
+    def __init__(self, constants=None):
+        self.warmups, self.launches, self.constants = 0, [], constants
 
-    kernel = Kernel()
-    launcher = runtime.Launcher(kernel, (4,), {"XBLOCK": 256}, 8)
+    def warmup(self, *args, grid, **kwargs):
+        self.warmups += 1
+        src = _Src({"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32",
+                    "XBLOCK": "constexpr"}, constants=self.constants)  # fmt: skip
+        return _Binary(src, global_scratch_size=0)
+
+    def __getitem__(self, grid):  # Triton's own launch
+        return lambda *args, **kwargs: self.launches.append((grid, args))
+
+
+def test_a_launcher_keeps_a_binary_of_torchs_launcher_and_launches_through_it(
+    fake_gpu,
+):
+    fake, kernel = fake_gpu, _Kernel()
+    launcher = runtime.Launcher(kernel, (4,), {"XBLOCK": 256}, 8, torchs=True)
     launcher.interpret = False
     base = torch.zeros(1100)
     x, out = base[:1000], torch.zeros(1000)
@@ -870,6 +899,58 @@ def test_a_launcher_keeps_a_binary_of_torchs_launcher_and_launches_through_it(
     site(x, out)
     assert fake.launches[-1][5:8] == (96, "OOiO", (x, out, 1000, None))
     assert len(fake.launches) == 4 and kernel.warmups == 2
+    # an xnumel of 1, compiled into the binary: the launch leaves it out
+    one = CallSite(_Kernel(constants={(2,): 1}), (1,), XBLOCK=1, num_warps=1)
+    one.launcher.interpret = False
+    one(x, out)
+    one(x, out)
+    assert fake.launches[-1][5:8] == (96, "OOO", (x, out, None))
+    # a module compiled with torch's launcher off: Triton launches every time
+    theirs = CallSite(kernel, (1000,), XBLOCK=256, num_warps=8, launcher="triton")
+    theirs.launcher.interpret = False
+    theirs(x, out)
+    theirs(x, out)
+    assert len(fake.launches) == 6 and len(kernel.launches) == 3
+
+
+def test_a_warm_start_loads_binaries_from_their_records_without_triton(fake_gpu):
+    fake, kernel = fake_gpu, _Kernel()
+    site = CallSite(kernel, (1000,), XBLOCK=256, num_warps=8)
+    site.launcher.interpret = False
+    module = types.SimpleNamespace(launch_k=site)
+    record = dict(cubin="/kept/k.cubin", name="triton_poi_k", warps=4, shared=96,
+                  types="OOiO", nulls=1, arch=None, taken=None)  # fmt: skip
+    f32 = torch.float32
+    w = WarmUp("k", "launch_k", ((f32, True), (f32, True)), (1000,),
+               (("XBLOCK", 256), ("num_warps", 8)))  # fmt: skip
+    stand_in = lambda dtype, aligned: torch.zeros(32, dtype=dtype)  # noqa: E731
+    assert not runtime._installed(module, w, {}, stand_in)  # no record: Triton's
+    assert runtime._installed(module, w, {"launch_k": record}, stand_in)
+    assert fake.loads == [("/kept/k.cubin", "triton_poi_k", 96, 0)]
+    x, out = torch.zeros(1000), torch.zeros(1000)
+    site(x, out)
+    assert fake.launches == [
+        ("function of triton_poi_k", 4, 1, 1, 4, 96, "OOiO", (x, out, 1000, None), 77)
+    ]
+    assert kernel.warmups == 0 and kernel.launches == []  # Triton never asked
+    assert runtime._installed(module, w, {"launch_k": record}, stand_in)  # loaded
+    assert len(fake.loads) == 1
+    # a launch compiled for an unaligned buffer, or a module with torch's launcher
+    # off, or a record of another GPU: Triton compiles it
+    odd = dataclasses.replace(w, buffers=((f32, False), (f32, True)))
+    fresh = types.SimpleNamespace(launch_k=CallSite(kernel, (1000,), XBLOCK=256,
+                                                    num_warps=8))  # fmt: skip
+    assert not runtime._installed(fresh, odd, {"launch_k": record}, stand_in)
+    off = CallSite(kernel, (1000,), XBLOCK=256, num_warps=8, launcher="triton")
+    off.launcher.interpret = False
+    theirs = types.SimpleNamespace(launch_k=off)
+    assert not runtime._installed(theirs, w, {"launch_k": record}, stand_in)
+    fresh.launch_k.launcher.interpret = False
+    other = dict(record, arch=80)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(runtime, "_arch", lambda device: 90)
+        assert not runtime._installed(fresh, w, {"launch_k": other}, stand_in)
+    assert len(fake.loads) == 1 and fresh.launch_k.launcher.binary is None
 
 
 @pytest.mark.cuda
@@ -907,3 +988,16 @@ def test_compiled_graphs_launch_through_torchs_launcher_and_agree(monkeypatch):
         for got, want in zip(fn(x, y), f(x, y), strict=True):
             torch.testing.assert_close(got, want)
     assert launched
+
+
+def test_a_sized_site_of_a_module_with_torchs_launcher_off_launches_through_triton(
+    fake_gpu, monkeypatch
+):
+    monkeypatch.setattr(runtime, "interpret_mode", lambda: False)  # a GPU's launchers
+    kernel = _Kernel()
+    x, out = torch.zeros(1000), torch.zeros(1000)
+    for own, launched in (("triton", 0), ("torch", 2)):
+        site = SizedSite(kernel, 2, XBLOCK=256, num_warps=8, launcher=own)
+        site.compile_and_launch(None, site.meta, (x, out), (1000,))
+        site.compile_and_launch(None, site.meta, (x, out), (1000,))
+        assert len(fake_gpu.launches) == launched

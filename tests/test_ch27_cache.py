@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from minductor import cache
 from minductor.capture import record_compiled
 from minductor.config import config
 from minductor.lowering import lowerings
+from minductor.runtime import WarmUp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ch27]
 
@@ -300,6 +302,78 @@ def test_a_second_process_starts_warm_with_the_same_results(on):
     assert warm.split()[3] == "1"  # the second process did not trace the step
     assert len(list((on / "graphs").glob("*.json"))) == 2  # forward, backward
     assert len(list((on / "aot").glob("*.json"))) == 1  # and their wiring
+
+
+def test_launch_records_carry_their_cubins_in_the_entry(on, tmp_path, monkeypatch):
+    """A site's launch record travels with its .cubin's bytes, and comes back as a
+    file of the cache's own (named by its hash), whatever became of Triton's."""
+    cubin = tmp_path / "triton" / "k.cubin"
+    cubin.parent.mkdir()
+    cubin.write_bytes(b"\x7fELF the binary")
+    record = dict(cubin=str(cubin), name="k", warps=4, shared=0, types="OOi", nulls=0,
+                  arch=90, taken=None)  # fmt: skip
+    module = types.SimpleNamespace(
+        launch_a=types.SimpleNamespace(launcher=types.SimpleNamespace(record=record)),
+        launch_b=types.SimpleNamespace(launcher=types.SimpleNamespace(record=None)),
+    )
+    monkeypatch.setattr(cache, "load_module", lambda source: module)
+    f32 = torch.float32
+    warm_ups = [WarmUp("a", "launch_a", ((f32, True),), (8,), ()),
+                WarmUp("b", "launch_b", ((f32, True),), (8,), ()),
+                WarmUp("a", "launch_a", ((f32, False),), (8,), ())]  # fmt: skip
+    compiled = types.SimpleNamespace(source="# the module")
+    kept = json.loads(json.dumps(cache.launch_records(compiled, warm_ups)))
+    assert set(kept) == {"launch_a"}  # torch's launcher loaded launch_b's nothing
+    cubin.unlink()  # Triton's cache emptied: the entry needs none of it
+    found = cache._records(kept)["launch_a"]
+    path = Path(found.pop("cubin"))
+    assert path.parent == on / "cubins" and path.read_bytes() == b"\x7fELF the binary"
+    assert found == {k: v for k, v in record.items() if k != "cubin"}
+    path.write_bytes(b"\x7fELF another")  # a file of that name, changed: written over
+    cache._records(kept)
+    assert path.read_bytes() == b"\x7fELF the binary"
+    with pytest.raises(ValueError):  # a damaged entry: compiled again (above)
+        cache._records({"launch_a": dict(kept["launch_a"], cubin="not base64!")})
+
+
+GPU_CHILD = """
+import sys, torch, minductor
+from triton.runtime.jit import JITFunction
+asked = []
+run = JITFunction.run
+def counted(self, *args, **kwargs):  # Triton's launches and compiles (warmup)
+    asked.append(self.__name__)
+    return run(self, *args, **kwargs)
+JITFunction.run = counted
+w = torch.linspace(-1, 1, 4800, device="cuda").reshape(80, 60).requires_grad_()
+def step(x):
+    loss = torch.nn.functional.gelu(x @ w).pow(2).mean()
+    loss.backward()
+    return loss
+x = torch.linspace(0, 1, 3200, device="cuda").reshape(40, 80)
+loss = torch.compile(step, backend="minductor")(x)
+from minductor import cache
+print("RESULT", loss.item(), w.grad.sum().item(), cache.counters["hit"], len(asked))
+"""
+
+
+@pytest.mark.cuda
+def test_a_warm_process_on_the_gpu_launches_its_kernels_without_triton(tmp_path):
+    """The second process loads every binary from the entries' launch records (the
+    loss's one-element reduction too): Triton compiles and launches nothing."""
+    env = dict(os.environ, MINDUCTOR_CACHE_DIR=str(tmp_path / "minductor"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), MINDUCTOR_GRAPH_CACHE="1",
+               PYTHONPATH=str(Path(__file__).parent.parent))  # fmt: skip
+    printed = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", GPU_CHILD], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        printed.append(next(s for s in done.stdout.splitlines() if "RESULT" in s))
+    cold, warm = (p.split()[1:] for p in printed)
+    assert cold[:2] == warm[:2]  # loss and gradient, bit for bit
+    assert cold[2] == "0" and warm[2] == "2"  # forward and backward read back
+    assert int(cold[3]) > 0 and warm[3] == "0"  # Triton asked for nothing warm
 
 
 # --- what AOTAutograd built, kept too ------------------------------------------------

@@ -14,6 +14,9 @@ another machine's warm start.
 
     python tools/warm_start.py --models gpt2 resnet50 --rounds 2 --json out.json
     python tools/warm_start.py --models gpt2 --tiny --backends minductor   # on a CPU
+
+A compiler may carry minductor's knobs after a colon, so that two settings run in
+turns: `--backends minductor:static_launch=true minductor:static_launch=false`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
+def child(model_name: str, variant: str, dtype: str, tiny: bool) -> None:
     import torch
 
     import minductor  # noqa: F401  (registers the backend)
@@ -38,7 +41,9 @@ def child(model_name: str, backend: str, dtype: str, tiny: bool) -> None:
     from minductor.harness.models import build, on_device, step
 
     config.cache_dir = os.environ["MINDUCTOR_CACHE_DIR"]
-    for option in filter(None, os.environ.get("WARM_START_OPTIONS", "").split(",")):
+    backend, _, knobs = variant.partition(":")
+    options = os.environ.get("WARM_START_OPTIONS", "").split(",") + knobs.split(",")
+    for option in filter(None, options):
         name, value = option.split("=")
         setattr(config, name, json.loads(value))  # a knob of minductor's, as JSON
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,7 +118,7 @@ def run_child(model: str, backend: str, args, root: str, **extra: str) -> dict:
 def profiling(args, k: int, model: str, backend: str, start: str) -> dict:
     if not args.profile:
         return {}
-    name = f"profile-{model}-{backend}-{start}-{k + 1}.txt"
+    name = f"profile-{model}-{backend.replace(':', '-')}-{start}-{k + 1}.txt"
     return dict(WARM_START_PROFILE=os.path.join(args.profile, name))
 
 
