@@ -163,6 +163,7 @@ def main() -> int:
                 shutil.rmtree(root, ignore_errors=True)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                write_json(args, rows)  # after each row: a cut-off run keeps what it has
     print("\n| round | model | compiler | cold s | warm s | warm / cold | carried s "
           "| same loss |")  # fmt: skip
     print("|---:|---|---|---:|---:|---:|---:|---|")
@@ -175,15 +176,19 @@ def main() -> int:
         moved = f"{carried['seconds']:.1f}" if "seconds" in carried else "—"
         print(f"| {r['round']} | {r['model']} | {r['backend']} | {c or 0:.1f} | "
               f"{w or 0:.1f} | {ratio} | {moved} | {len(losses) == 1} |")  # fmt: skip
-    if args.json:
-        import torch
-
-        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-        machine = dict(torch=torch.__version__, device=gpu)
-        with open(args.json, "w") as f:
-            json.dump(dict(date=time.strftime("%Y-%m-%d"), dtype=args.dtype,
-                           machine=machine, rows=rows), f, indent=1)  # fmt: skip
     return 0
+
+
+def write_json(args, rows: list) -> None:
+    if not args.json:
+        return
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    machine = dict(torch=torch.__version__, device=gpu)
+    with open(args.json, "w") as f:
+        json.dump(dict(date=time.strftime("%Y-%m-%d"), dtype=args.dtype,
+                       machine=machine, rows=rows), f, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":
