@@ -40,6 +40,8 @@ from minductor.runtime import (
     interpret_mode,
     load_module,
     precompile,
+    record_name,
+    site_record,
     span,
     write_whole,
 )
@@ -149,13 +151,15 @@ def graph_key(gm, example_inputs, user_visible) -> str:
 
 def _warm_up(w: WarmUp) -> list:
     return [w.kernel, w.site, [[str(d)[6:], bool(a)] for d, a in w.buffers],
-            [int(s) for s in w.sizes], [[k, int(v)] for k, v in w.blocks]]  # fmt: skip
+            [int(s) for s in w.sizes], [[k, int(v)] for k, v in w.blocks],
+            [int(i) for i in w.ints], w.sized]  # fmt: skip
 
 
 def _from_json(found: list) -> WarmUp:
-    kernel, site, buffers, sizes, blocks = found
+    kernel, site, buffers, sizes, blocks, ints, sized = found
     buffers = tuple((getattr(torch, d), a) for d, a in buffers)
-    return WarmUp(kernel, site, buffers, tuple(sizes), tuple(map(tuple, blocks)))
+    return WarmUp(kernel, site, buffers, tuple(sizes), tuple(map(tuple, blocks)),
+                  tuple(ints), sized)  # fmt: skip
 
 
 def _attribute(gm, target: str) -> Any:
@@ -179,14 +183,14 @@ def launch_records(compiled: CompiledGraph, warm_ups: list[WarmUp]) -> dict:
     module = load_module(compiled.source)  # loaded already: found, not read again
     found = {}
     for w in warm_ups:
-        record = getattr(module, w.site).launcher.record
-        if record is None or w.site in found:
+        name, record = record_name(w), site_record(getattr(module, w.site), w)
+        if record is None or name in found:
             continue
         try:
             cubin = base64.b64encode(Path(record["cubin"]).read_bytes()).decode()
         except OSError:  # Triton's cache emptied under us: this one compiles again
             continue
-        found[w.site] = dict(record, cubin=cubin)
+        found[name] = dict(record, cubin=cubin)
     return found
 
 

@@ -368,6 +368,7 @@ class SizedSite:
         # (blocks, warps, integer classes) -> (binary, device, constexprs, static)
         self.binaries: dict[tuple, tuple] = {}
         self.seen: dict[tuple, tuple] = {}  # the integers themselves -> the same
+        self.records: dict[tuple, dict] = {}  # the same -> its launch record
 
     def choose(self, sizes: tuple[int, ...]) -> dict[str, int]:
         if self.per_call is None:
@@ -431,14 +432,41 @@ class SizedSite:
     def compile_and_launch(self, key, meta, args, sizes) -> None:
         """Launch through a Launcher made for this call, which compiles or finds the
         binary; keep it under `key` if its pointers were aligned."""
+        launcher = self.launcher_of(meta, sizes)
+        launcher.named(*args, *sizes)
+        self.keep(key, launcher)
+
+    def launcher_of(self, meta: dict[str, int], sizes: tuple[int, ...]) -> Launcher:
         blocks = {name: v for name, v in meta.items() if name != "num_warps"}
         grid = ((sizes[0] + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
-        launcher = Launcher(self.kernel, grid, blocks, meta["num_warps"], self.torchs)
-        launcher.named(*args, *sizes)
+        return Launcher(self.kernel, grid, blocks, meta["num_warps"], self.torchs)
+
+    def keep(self, key: tuple | None, launcher: Launcher) -> None:
         if key is not None and launcher.binary is not None:
-            found = (launcher.binary, launcher.device, tuple(blocks.values()),
-                     launcher.static)  # fmt: skip
+            found = (launcher.binary, launcher.device,
+                     tuple(launcher.blocks.values()), launcher.static)  # fmt: skip
             self.binaries[key] = found
+            if launcher.record is not None:
+                self.records[key] = launcher.record
+
+    def classes(self, ints: tuple[int, ...], sizes: tuple[int, ...]) -> tuple:
+        """The key a call with these size symbols and sizes finds its binary by."""
+        return (*self.choose(sizes).values(), *map(int_class, (*ints, *sizes)))
+
+    def prepare(self, args: list, sizes: tuple[int, ...], record=None) -> bool:
+        """Before the first call: the binary for a call with these arguments (stand-in
+        buffers, then the size symbols) compiled, or loaded from its launch record,
+        and kept where torch's launcher took it. True: kept, launches go direct."""
+        key = self.classes(tuple(args[self.buffers :]), sizes)
+        if key in self.binaries:
+            return True  # this module was loaded before, in this process
+        launcher = self.launcher_of(self.choose(sizes), sizes)
+        if record is None:
+            launcher.warm_up(*args, *sizes)
+        else:
+            launcher.adopt([*args, *sizes], record=record)
+        self.keep(key, launcher)
+        return launcher.binary is not None
 
     def through(self, launch_fn: Callable) -> Callable:
         """This site's launches made by `launch_fn`, a function like `launch`."""
@@ -462,6 +490,8 @@ class WarmUp:
     buffers: tuple[tuple[torch.dtype, bool], ...]  # each pointer's dtype, and aligned?
     sizes: tuple[int, ...]  # xnumel, and rnumel for a reduction
     blocks: tuple[tuple[str, int], ...]  # XBLOCK, (RBLOCK,) num_warps
+    ints: tuple[int, ...] = ()  # a SizedSite's size symbols, as traced
+    sized: bool = False  # the site is a SizedSite: symbolic sizes, at their hints
 
 
 def precompile(
@@ -487,17 +517,19 @@ def precompile(
     threads = min(config.compile_threads, len({w.kernel for w in warm_ups}))
     if config.compile_threads <= 1 or threads == 0:
         return  # each kernel compiles at its first launch
-    by_kernel: dict[str, list[tuple[Launcher, WarmUp]]] = {}
-    for w in warm_ups:  # the launchers the first call will use; a kernel's on one thread
-        launcher = getattr(module, w.site).launcher
-        by_kernel.setdefault(w.kernel, []).append((launcher, w))
+    by_kernel: dict[str, list[tuple[object, WarmUp]]] = {}
+    for w in warm_ups:  # the sites the first call will use; a kernel's on one thread
+        by_kernel.setdefault(w.kernel, []).append((getattr(module, w.site), w))
 
     def compile_kernel(name: str) -> None:
         with torch.cuda.device(device):  # a new thread starts on GPU 0
-            for launcher, w in by_kernel[name]:
+            for site, w in by_kernel[name]:
                 args = [stand_in(*b) for b in w.buffers]
                 try:
-                    launcher.warm_up(*args, *w.sizes)
+                    if w.sized:
+                        site.prepare([*args, *w.ints], w.sizes)
+                    else:
+                        site.launcher.warm_up(*args, *w.sizes)
                 except Exception as error:  # the launch will compile it, and say
                     log.debug("minductor: warm-up of %s failed: %s", name, error)
 
@@ -512,14 +544,28 @@ def precompile(
 
 def _installed(module: ModuleType, w: WarmUp, records: dict, stand_in) -> bool:
     """Has this launch's site loaded its binary from the launch record it kept?"""
-    record = records.get(w.site)
+    record = records.get(record_name(w))
     if record is None or not all(aligned for _, aligned in w.buffers):
         return False
-    launcher = getattr(module, w.site).launcher
-    if launcher.binary is not None:
+    site, args = getattr(module, w.site), [stand_in(*b) for b in w.buffers]
+    if w.sized:
+        return site.prepare([*args, *w.ints], w.sizes, record)
+    if site.launcher.binary is not None:
         return True  # this module was loaded before, in this process
-    args = [stand_in(*b) for b in w.buffers] + list(w.sizes)
-    return launcher.adopt(args, record=record)
+    return site.launcher.adopt(args + list(w.sizes), record=record)
+
+
+def record_name(w: WarmUp) -> str:
+    """The name a launch's record goes by in an entry: its site's, and for a
+    SizedSite the sizes it was warmed up at too (a binary per class)."""
+    return f"{w.site}{(*w.sizes, *w.ints)}" if w.sized else w.site
+
+
+def site_record(site, w: WarmUp) -> dict | None:
+    """The launch record of the binary torch's launcher loaded for this launch."""
+    if w.sized:
+        return site.records.get(site.classes(w.ints, w.sizes))
+    return site.launcher.record
 
 
 _static = getattr(torch._C, "_StaticCudaLauncher", None)  # a CUDA build of torch

@@ -31,7 +31,7 @@ from minductor.pipeline import PIPELINE
 from minductor.runtime import WarmUp, autotune_kernel
 from minductor.dependencies import ExternKernelSchedulerNode
 from minductor.scheduler import Scheduler
-from minductor.sizevars import pexpr
+from minductor.sizevars import NoHint, pexpr
 
 
 def _tuple(exprs) -> str:
@@ -698,22 +698,34 @@ class WrapperCodeGen:
         """The launches of `call` whose kernels can be compiled before it runs."""
         found: dict[WarmUp, None] = {}  # in launch order, each once
         for line in self.lines:
-            if not isinstance(line, KernelCallLine) or not line.static_sizes():
+            if not isinstance(line, KernelCallLine) or not line.site:
                 continue
             layouts = [self.layouts.get(name) for name in line.kernel.call_args]
-            if None in layouts:
+            sizes, ints = self.traced_sizes(line)
+            if None in layouts or sizes is None:
                 continue
             buffers = tuple(
                 (lay.dtype, sympy.Mod(lay.offset * lay.dtype.itemsize, 16) == 0)
                 for lay in layouts
             )
-            found[
-                WarmUp(
-                    line.kernel_name,
-                    line.site,
-                    buffers,
-                    line.static_sizes(),
-                    line.kernel.meta,
-                )
-            ] = None
+            sized = line.static_sizes() is None
+            k = line.kernel
+            w = WarmUp(line.kernel_name, line.site, buffers, sizes, k.meta, ints, sized)
+            found[w] = None
         return list(found)
+
+    def traced_sizes(self, line: KernelCallLine) -> tuple[tuple | None, tuple]:
+        """A launch's sizes as numbers, and its size symbols' values (a SizedSite's),
+        as traced; None where a size has no number or xnumel is 0."""
+        static = line.static_sizes()
+        if static is not None:
+            return static, ()
+        k = line.kernel
+        exprs = (k.numel, k.rnumel) if "RBLOCK" in dict(k.meta) else (k.numel,)
+        by_name = {s.name: h for s, h in self.graph.sizevars.var_to_hint.items()}
+        try:
+            sizes = self.graph.sizevars.size_hints(exprs)
+            ints = tuple(int(by_name[name]) for name in k.size_args)
+        except (NoHint, KeyError, TypeError):
+            return None, ()
+        return (sizes if sizes[0] > 0 else None), ints

@@ -567,7 +567,7 @@ def test_a_site_checks_what_call_did_not_allocate_aligned():
     assert sin_args.kernel.call_args[0] in inputs
 
 
-def test_launches_with_symbolic_sizes_are_left_to_compile_at_launch():
+def test_launches_with_symbolic_sizes_warm_up_at_their_traced_sizes():
     from minductor.capture import record_compiled
 
     warm = []
@@ -584,7 +584,10 @@ def test_launches_with_symbolic_sizes_are_left_to_compile_at_launch():
         x = torch.randn(6, 5, device=DEVICE)
         out = fn(x)
     torch.testing.assert_close(out, (x * 2).sin())
-    assert graphs and warm == [[]]  # one graph, its one launch over s0*s1 elements
+    assert graphs and len(warm) == 1  # one graph, its one launch over s0*s1 elements
+    (w,) = warm[0]
+    assert w.sized and w.sizes == (30,) and sorted(w.ints) == [5, 6]
+    assert w.buffers == ((torch.float32, True), (torch.float32, True))
 
 
 def test_compile_threads_is_an_option():
@@ -1001,3 +1004,43 @@ def test_a_sized_site_of_a_module_with_torchs_launcher_off_launches_through_trit
         site.compile_and_launch(None, site.meta, (x, out), (1000,))
         site.compile_and_launch(None, site.meta, (x, out), (1000,))
         assert len(fake_gpu.launches) == launched
+
+
+def test_a_sized_site_prepared_before_its_first_call_launches_what_it_compiled(
+    fake_gpu, monkeypatch
+):
+    """Warmed up at the traced sizes, a SizedSite's first call of that class launches
+    the binary compiled ahead; another class compiles at its launch; a launch record
+    loads the binary with no compile at all."""
+    monkeypatch.setattr(runtime, "interpret_mode", lambda: False)  # a GPU's launchers
+    kernel = _Kernel()
+    site = SizedSite(kernel, 2, XBLOCK=256, num_warps=8)
+    stand_ins = [torch.zeros(32), torch.zeros(32)]
+    assert site.prepare(stand_ins, (1024,))
+    assert kernel.warmups == 1 and fake_gpu.launches == []  # compiled, not launched
+    assert site.prepare(stand_ins, (1024,)) and kernel.warmups == 1  # kept
+    x, out = torch.zeros(2000), torch.zeros(2000)
+    site(2000, x, out)  # another multiple of 16: the same class, the same binary
+    assert kernel.warmups == 1 and kernel.launches == []
+    assert fake_gpu.launches == [
+        ("function of triton_poi_k", 8, 1, 1, 4, 96, "OOiO", (x, out, 2000, None), 77)
+    ]  # 8 programs of 256 for this call's 2000
+    site(1000, x, out)  # not a multiple of 16: another binary, compiled at its launch
+    assert kernel.warmups == 2 and len(fake_gpu.launches) == 2
+    # the record torch's launcher loaded, named for the warm-up that made it
+    w = WarmUp("k", "launch_k", ((torch.float32, True),) * 2, (1024,),
+               (("XBLOCK", 256), ("num_warps", 8)), (), True)  # fmt: skip
+    record = runtime.site_record(site, w)
+    assert record["cubin"] == "/c/k.cubin" and record["types"] == "OOiO"
+    assert runtime.record_name(w) == "launch_k(1024,)"
+    # a warm start: the record loads the binary, Triton compiles nothing
+    fresh = SizedSite(kernel, 2, XBLOCK=256, num_warps=8)
+    module = types.SimpleNamespace(launch_k=fresh)
+    stand_in = lambda dtype, aligned: torch.zeros(32, dtype=dtype)  # noqa: E731
+    assert runtime._installed(module, w, {"launch_k(1024,)": record}, stand_in)
+    assert kernel.warmups == 2 and fake_gpu.loads[-1][0] == "/c/k.cubin"
+    fresh(4096, x[:1024].repeat(4), out.repeat(2)[:4096])
+    assert kernel.warmups == 2 and kernel.launches == []
+    assert fake_gpu.launches[-1][1] == 16 and fake_gpu.launches[-1][6] == "OOiO"
+    # a record of another class than the call's is not this call's binary
+    assert not runtime._installed(module, w, {"launch_k": record}, stand_in)

@@ -351,22 +351,24 @@ def step(x):
     loss.backward()
     return loss
 x = torch.linspace(0, 1, 3200, device="cuda").reshape(40, 80)
-loss = torch.compile(step, backend="minductor")(x)
+loss = torch.compile(step, backend="minductor", dynamic=sys.argv[1] == "dynamic")(x)
 from minductor import cache
 print("RESULT", loss.item(), w.grad.sum().item(), cache.counters["hit"], len(asked))
 """
 
 
 @pytest.mark.cuda
-def test_a_warm_process_on_the_gpu_launches_its_kernels_without_triton(tmp_path):
+@pytest.mark.parametrize("shapes", ["static", "dynamic"])
+def test_a_warm_process_on_the_gpu_launches_its_kernels_without_triton(tmp_path, shapes):
     """The second process loads every binary from the entries' launch records (the
-    loss's one-element reduction too): Triton compiles and launches nothing."""
+    loss's one-element reduction too; with symbolic sizes, the binaries of the traced
+    sizes' classes): Triton compiles and launches nothing."""
     env = dict(os.environ, MINDUCTOR_CACHE_DIR=str(tmp_path / "minductor"),
                TRITON_CACHE_DIR=str(tmp_path / "triton"), MINDUCTOR_GRAPH_CACHE="1",
                PYTHONPATH=str(Path(__file__).parent.parent))  # fmt: skip
     printed = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", GPU_CHILD], env=env,
+        done = subprocess.run([sys.executable, "-c", GPU_CHILD, shapes], env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         printed.append(next(s for s in done.stdout.splitlines() if "RESULT" in s))
@@ -847,3 +849,13 @@ def test_a_gradients_layout_is_kept_as_numbers_or_as_a_memory_format(case):
         grad = cache._as_compiled(torch.randn(2, 3, 4, 5).transpose(1, 2).contiguous()
                                   .transpose(1, 2), want)  # fmt: skip
         assert grad.is_contiguous(memory_format=getattr(torch, want))
+
+
+def test_an_entrys_warm_ups_come_back_whole_from_json():
+    """A SizedSite's warm-up keeps its size symbols and its kind through the entry."""
+    bf16, i64 = torch.bfloat16, torch.int64
+    sized = WarmUp("k", "launch_k", ((bf16, False), (i64, True)), (6, 5),
+                   (("XBLOCK", 8), ("RBLOCK", 8), ("num_warps", 1)), (5, 6), True)  # fmt: skip
+    fixed = WarmUp("j", "launch_j", ((bf16, True),), (64,), (("XBLOCK", 64),))
+    for w in (sized, fixed):
+        assert cache._from_json(json.loads(json.dumps(cache._warm_up(w)))) == w

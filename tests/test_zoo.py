@@ -54,6 +54,11 @@ def test_no_dropout_zeroes_every_kind_of_dropout_probability():
     assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.0
     assert config.layerdrop == config.classifier_dropout == 0.0
     assert config.initializer_range == 0.02
+    # rates given per stage (CvT's stochastic depth): each zeroed, the sequence kept
+    staged = transformers.CvtConfig()
+    assert max(staged.drop_path_rate) > 0
+    zoo.no_dropout(staged)
+    assert list(staged.drop_path_rate) == [0.0] * 3 and len(staged.depth) == 3
 
 
 @pytest.mark.slow

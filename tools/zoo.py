@@ -43,8 +43,14 @@ def no_dropout(config) -> None:
     every backend computes the same function."""
     words = ("dropout", "pdrop", "layerdrop", "drop_path", "drop_rate")
     for key, value in list(vars(config).items()):
-        if isinstance(value, float) and any(w in key for w in words):
+        if not any(w in key for w in words):
+            continue
+        if isinstance(value, float):
             setattr(config, key, 0.0)
+        elif isinstance(value, (list, tuple)) and all(
+            isinstance(v, float) for v in value
+        ):  # one per stage (CvT's drop_path_rate): random layers skipped otherwise
+            setattr(config, key, type(value)(0.0 for _ in value))
 
 
 def zero_dropout_modules(model: torch.nn.Module) -> torch.nn.Module:
