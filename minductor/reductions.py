@@ -147,8 +147,9 @@ def _truth(reduction_type: str) -> Callable[..., TensorBox]:
         def nonzero(v, rindex):
             return ops.to_dtype(ops.ne(v, ops.constant(0, x.get_dtype())), torch.int8)
 
+        out = torch.uint8 if x.get_dtype() == torch.uint8 else torch.bool
         return make_reduction(
-            x, dim, keepdim, reduction_type, torch.bool, torch.int8, value_fn=nonzero
+            x, dim, keepdim, reduction_type, out, torch.int8, value_fn=nonzero
         )
 
     return lowering

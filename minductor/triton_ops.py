@@ -98,8 +98,11 @@ class TritonOverrides:
             if value == 0 and math.copysign(1.0, value) < 0:
                 return negative_zero(dtype, shape)
             literal = repr(value) if math.isfinite(value) else f'float("{value}")'
-        else:
-            literal = repr(bool(value) if dtype == torch.bool else int(value))
+        elif dtype == torch.bool:
+            literal = repr(bool(value))
+        else:  # wrapped into the dtype's range, as a C cast (and eager) does
+            info = torch.iinfo(dtype)
+            literal = repr((int(value) - info.min) % (1 << info.bits) + info.min)
         # a typed one-element tensor, not a bare literal: Triton treats a literal as a
         # compile-time constant, which some operations (and helpers) do not accept
         return f"tl.full({shape}, {literal}, {TRITON_DTYPES[dtype]})"

@@ -84,6 +84,19 @@ def test_constants_and_conversions():
     assert c(True, torch.bool) == "tl.full([1], True, tl.int1)"
     assert c(2**40, torch.int64) == f"tl.full([1], {2**40}, tl.int64)"
     assert c(3.0, torch.int32) == "tl.full([1], 3, tl.int32)"
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32,
+                                   torch.int64])  # fmt: skip
+def test_integer_constants_wrap_into_their_dtype_as_torchs_cast_does(dtype):
+    info = torch.iinfo(dtype)
+    edges = [info.min - 1, info.min, -3, -1, 0, 1, info.max, info.max + 1, 300]
+    for value in edges:
+        if not -(2**63) <= value < 2**63:
+            continue  # not an int64 to cast from
+        literal = TritonOverrides.constant(value, dtype).split(", ")[1]
+        cast = torch.tensor(value, dtype=torch.int64).to(dtype)
+        assert int(literal) == int(cast), (value, literal, cast)
     assert TritonOverrides.to_dtype("tmp0", torch.bool) == "tmp0 != 0"
     assert TritonOverrides.to_dtype("tmp0", torch.bfloat16) == "tmp0.to(tl.bfloat16)"
     assert TritonOverrides.where("a", "b", "c") == "tl.where(a, b, c)"
@@ -532,3 +545,16 @@ def test_negative_zero_is_printed_from_its_bits(dtype, bits):
     # +0.0, and integers' zero, are plain
     assert TritonOverrides.constant(0.0, dtype) == f"tl.full([1], 0.0, {TRITON_DTYPES[dtype]})"
     assert TritonOverrides.constant(-0, torch.int32) == "tl.full([1], 0, tl.int32)"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_uint8_clamp_at_a_negative_bound_is_eagers(device):
+    """Eager casts -3 to uint8 (253): clamp(x, -3, 7) is 7 everywhere, clamp(x, min=-3)
+    253 everywhere below it."""
+    import minductor  # noqa: F401  (registers the backend)
+
+    x = torch.tensor([0, 5, 100, 250, 254], dtype=torch.uint8, device=device)
+    for f in (lambda x: x.clamp(-3, 7), lambda x: x.clamp(min=-3) + 1):
+        torch._dynamo.reset()
+        got = torch.compile(f, backend="minductor")(x)
+        assert got.dtype == torch.uint8 and torch.equal(got, f(x)), (got, f(x))

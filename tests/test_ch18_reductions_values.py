@@ -58,6 +58,12 @@ CASES = {
         lambda d: [torch.randint(0, 2, (5, 6), device=d)],
         ["per", "per"],
     ),
+    "any_all_of_uint8_stay_uint8": (  # eager's rule for uint8, and a byte of 2
+        lambda x: (x.any(1), x.all(0), x.any()),
+        lambda d: [torch.tensor([[0, 2, 0], [0, 0, 0], [255, 1, 3]], device=d,
+                                dtype=torch.uint8)],  # fmt: skip
+        ["per", "per"],  # the whole-tensor any in the rows' kernel
+    ),
     "full_max_min": (
         lambda x: (torch.max(x), torch.min(x)), lambda d: [randn(6, 7, device=d)], ["per"]
     ),
